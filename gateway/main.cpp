@@ -1,0 +1,118 @@
+// robot-jsonrpc-gateway: serves Robot Framework JsonRpcRemote clients, each imported library in a
+// worker process of its own.
+#include "common/log.hpp"
+#include "config/config.hpp"
+#include "gateway/server.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+
+#include <fmt/format.h>
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#ifndef RJG_VERSION
+#define RJG_VERSION "0.0.0"
+#endif
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: robot-jsonrpc-gateway --config FILE
+       robot-jsonrpc-gateway --check-config FILE
+       robot-jsonrpc-gateway --version
+
+Serves Robot Framework JsonRpcRemote clients and runs every imported library in a worker process
+of its own. Logs go to stderr. SIGTERM or SIGINT: stop accepting, let requests in flight finish
+(up to [gateway] drain_timeout), end every worker, exit 0. A second signal kills the workers at once.
+)";
+
+int check_config(const std::string& path) {
+  try {
+    auto config = rjg::config::load_file(path);
+    std::string names;
+    for (const auto& lib : config.libraries) names += (names.empty() ? "" : ", ") + lib.name;
+    std::fprintf(stderr, "%s: OK: %zu libraries (%s)\n", path.c_str(), config.libraries.size(), names.c_str());
+    return 0;
+  } catch (const rjg::config::ConfigError& e) {
+    for (const auto& problem : e.problems) std::fprintf(stderr, "%s\n", problem.c_str());
+    std::fprintf(stderr, "%s: %zu problem(s); the gateway would refuse to start\n", path.c_str(), e.problems.size());
+    return 1;
+  }
+}
+
+int run(const std::string& path) {
+  rjg::config::Config config;
+  try {
+    config = rjg::config::load_file(path);
+  } catch (const rjg::config::ConfigError& e) {
+    for (const auto& problem : e.problems) std::fprintf(stderr, "%s\n", problem.c_str());
+    std::fprintf(stderr, "robot-jsonrpc-gateway: refusing to start with an invalid configuration\n");
+    return 1;
+  }
+  rjg::log::Level level;
+  if (rjg::log::parse_level(config.gateway.log_level, level)) rjg::log::set_level(level);
+
+  // A client that vanishes mid-write must be an error code on that socket, not the end of the gateway.
+  std::signal(SIGPIPE, SIG_IGN);
+
+  boost::asio::io_context io(1);
+  rjg::gateway::Server server(io, config, RJG_VERSION);
+  try {
+    server.listen();
+  } catch (const std::exception& e) {
+    rjg::log::error("{}", e.what());
+    return 1;
+  }
+  rjg::log::info("robot-jsonrpc-gateway {} started with {} ({} libraries)", RJG_VERSION, path,
+                 config.libraries.size());
+  server.start();
+
+  boost::asio::signal_set signals(io, SIGTERM, SIGINT);
+  int received = 0;
+  std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec,
+                                                                             int sig) {
+    if (ec) return;
+    if (++received == 1) {
+      rjg::log::info("received {}: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      boost::asio::co_spawn(io, server.shutdown(), [&](std::exception_ptr e) {
+        rjg::log_exceptions("shutdown")(e);
+        signals.cancel();
+        io.stop();
+      });
+    } else {
+      server.force_stop();
+      io.stop();
+    }
+    signals.async_wait(on_signal);
+  };
+  signals.async_wait(on_signal);
+  io.run();
+  if (received > 1) return 1;
+  if (auto left = server.workers_left(); left > 0) {
+    rjg::log::warn("{} workers still running at exit; killing them", left);
+    server.force_stop();
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  rjg::log::set_program("gateway");
+  std::string arg1 = argc > 1 ? argv[1] : "";
+  if (argc == 2 && (arg1 == "--version" || arg1 == "-V")) {
+    std::printf("robot-jsonrpc-gateway %s\n", RJG_VERSION);
+    return 0;
+  }
+  if (argc == 2 && (arg1 == "--help" || arg1 == "-h")) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  if (argc == 3 && arg1 == "--check-config") return check_config(argv[2]);
+  if (argc == 3 && arg1 == "--config") return run(argv[2]);
+  std::fprintf(stderr, "%s", kUsage);
+  return 2;
+}

@@ -1,0 +1,112 @@
+#include "gateway/server.hpp"
+
+#include "common/log.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
+
+#include <fmt/format.h>
+
+#include <csignal>
+
+namespace rjg::gateway {
+using namespace std::chrono_literals;
+
+Server::Server(asio::io_context& io, const config::Config& config, std::string version)
+    : io_(io), context_(io.get_executor(), config, std::move(version)) {}
+
+void Server::listen() {
+  tcp::resolver resolver(io_);
+  for (const auto& address : context_.config.gateway.listen) {
+    boost::system::error_code ec;
+    auto results = resolver.resolve(address.host, std::to_string(address.port),
+                                    tcp::resolver::numeric_service | tcp::resolver::passive, ec);
+    if (ec || results.empty())
+      throw std::runtime_error(fmt::format("cannot resolve listen address {}: {}", address.text, ec.message()));
+    for (const auto& entry : results) {
+      auto acceptor = std::make_unique<tcp::acceptor>(io_);
+      auto endpoint = entry.endpoint();
+      acceptor->open(endpoint.protocol(), ec);
+      if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+      if (!ec && endpoint.protocol() == tcp::v6()) acceptor->set_option(asio::ip::v6_only(true), ec);
+      if (!ec) acceptor->bind(endpoint, ec);
+      if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+      if (ec) {
+        throw std::runtime_error(fmt::format("cannot listen on {} ({}:{}): {}", address.text,
+                                             endpoint.address().to_string(), endpoint.port(), ec.message()));
+      }
+      auto bound = acceptor->local_endpoint(ec);
+      log::info("listening on tcp://{}:{}", bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
+                                                                    : bound.address().to_string(),
+                bound.port());
+      acceptors_.push_back(std::move(acceptor));
+    }
+  }
+}
+
+void Server::start() {
+  for (auto& acceptor : acceptors_) {
+    boost::system::error_code ec;
+    auto bound = acceptor->local_endpoint(ec);
+    std::string address = fmt::format("{}:{}", bound.address().to_string(), bound.port());
+    asio::co_spawn(io_, accept_loop(*acceptor, address), log_exceptions("listener " + address));
+  }
+}
+
+asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor, std::string address) {
+  while (!stopping_) {
+    auto [ec, socket] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
+    if (stopping_ || ec == asio::error::operation_aborted) break;
+    if (ec) {
+      // Typically out of file descriptors: back off instead of spinning on the same error.
+      log::error("listener {}: accept failed: {}; retrying in 100ms", address, ec.message());
+      asio::steady_timer pause(io_, 100ms);
+      co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+      continue;
+    }
+    socket.set_option(tcp::no_delay(true), ec);
+    auto number = next_session_++;
+    auto session = std::make_shared<Session>(std::move(socket), context_, number);
+    sessions_[number] = session;
+    session->start();
+    // Forget sessions once they are gone, so the map does not grow with every connection.
+    asio::co_spawn(
+        io_,
+        [this, number, weak = std::weak_ptr<Session>(session)]() -> asio::awaitable<void> {
+          if (auto s = weak.lock()) co_await s->wait_closed();
+          sessions_.erase(number);
+        },
+        log_exceptions("session tracker"));
+  }
+}
+
+asio::awaitable<void> Server::shutdown() {
+  stopping_ = true;
+  context_.draining = true;
+  for (auto& acceptor : acceptors_) {
+    boost::system::error_code ignored;
+    acceptor->close(ignored);
+  }
+  log::info("shutting down: no new connections; waiting up to {}s for {} requests in flight",
+            context_.config.gateway.drain_timeout.count() / 1000.0, context_.requests_in_flight);
+  if (!co_await context_.idle.wait_for(context_.config.gateway.drain_timeout))
+    log::warn("shutting down: {} requests still in flight after the drain timeout; ending them",
+              context_.requests_in_flight);
+
+  std::vector<std::shared_ptr<Session>> live;
+  for (auto& [number, weak] : sessions_)
+    if (auto s = weak.lock()) live.push_back(std::move(s));
+  for (auto& s : live) s->close("the gateway is shutting down");
+  for (auto& s : live) co_await s->wait_closed();
+  log::info("shutdown complete");
+}
+
+void Server::force_stop() {
+  log::warn("second signal: killing {} workers and stopping now", context_.reaper.watched());
+  context_.reaper.signal_all(SIGKILL);
+}
+
+std::size_t Server::workers_left() const { return context_.reaper.watched(); }
+
+}  // namespace rjg::gateway

@@ -1,0 +1,40 @@
+// Listeners and the set of live sessions; orderly shutdown on SIGTERM/SIGINT.
+#pragma once
+
+#include "gateway/context.hpp"
+#include "gateway/session.hpp"
+
+#include <boost/asio/io_context.hpp>
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace rjg::gateway {
+
+class Server {
+ public:
+  Server(asio::io_context& io, const config::Config& config, std::string version);
+
+  // Binds every configured address; throws std::runtime_error naming the address on failure.
+  void listen();
+  void start();
+  // Stops accepting, lets requests in flight finish (up to drain_timeout), closes every session
+  // (which ends its workers), and returns once all of that is done.
+  asio::awaitable<void> shutdown();
+  // Second signal: no more waiting.
+  void force_stop();
+  std::size_t workers_left() const;
+
+ private:
+  asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::string address);
+
+  asio::io_context& io_;
+  GatewayContext context_;
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
+  std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions_;
+  std::uint64_t next_session_ = 1;
+  bool stopping_ = false;
+};
+
+}  // namespace rjg::gateway

@@ -1,0 +1,201 @@
+// Workers that crash, fail to start, hang, or lose their client: every request still gets one
+// clear answer, and no worker process is left behind.
+#include "tests/integration/gateway_test.hpp"
+
+#include <fmt/format.h>
+
+#include <regex>
+
+namespace rjg::test {
+namespace {
+
+bool contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Crash mid-keyword
+
+class CrashTest : public GatewayTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(CrashTest, CrashMidKeywordIsAClearErrorAndTheSessionGoesOn) {
+  const std::string mode = GetParam();
+  start();
+  auto [c, token] = session();
+  pid_t pid = remember_pid(worker_pid(c, token));
+
+  std::vector<std::string> logs;
+  auto reply = c.run_keyword(token, "Crash", json::array{json::string(mode)}, {}, [&](const Message& m) {
+    if (m.method() == protocol::kLog && m.params().is_object())
+      logs.emplace_back(m.params().get_object().at("message").as_string());
+  });
+  RJG_ASSERT_ERROR(reply, protocol::kWorkerFailed);
+  const std::string msg = reply.error_message();
+  EXPECT_TRUE(contains(msg, "TestLibrary")) << msg;
+  EXPECT_TRUE(contains(msg, fmt::format("pid {}", pid))) << msg;
+  if (mode == "exit") {
+    EXPECT_TRUE(contains(msg, "exit code 3")) << msg;
+  } else {
+    const char* sig = mode == "abort" ? "(SIGABRT|signal\\D{0,3}6\\b)"
+                      : mode == "sigkill" ? "(SIGKILL|signal\\D{0,3}9\\b)"
+                                          : "(SIGSEGV|signal\\D{0,3}11\\b)";
+    EXPECT_TRUE(std::regex_search(msg, std::regex(sig))) << "message does not name the signal: " << msg;
+  }
+  bool announced = false;
+  for (const auto& l : logs) announced = announced || contains(l, fmt::format("about to crash ({})", mode));
+  EXPECT_TRUE(announced) << "the 'about to crash (" << mode << ")' log did not arrive before the error";
+
+  EXPECT_TRUE(wait_pid_gone(pid, 20s)) << "crashed worker pid " << pid << " not reaped";
+
+  // The dead library's token fails clearly, not a hang.
+  auto again = c.run_keyword(token, "Echo", json::array{1});
+  ASSERT_FALSE(again.ok()) << "a keyword on a crashed worker's token succeeded: " << describe(again);
+  EXPECT_FALSE(again.error_message().empty()) << describe(again);
+
+  // The session is still usable: a fresh import works.
+  auto fresh = c.import_library("TestLibrary");
+  RJG_ASSERT_OK(fresh);
+  std::string token2(fresh.result->as_object().at("token").as_string());
+  auto echo = c.run_keyword(token2, "Echo", json::array{"alive"});
+  RJG_ASSERT_KEYWORD_OK(echo);
+  EXPECT_EQ(keyword_value(echo), json::value("alive"));
+  pid_t pid2 = remember_pid(worker_pid(c, token2));
+  EXPECT_NE(pid2, pid);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CrashTest, ::testing::Values("abort", "sigkill", "exit", "segv"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// ------------------------------------------------------------------------------------------------
+// Start failures
+
+using StartFailureTest = GatewayTest;
+
+TEST_F(StartFailureTest, WorkerExitingAtStartIsReportedWithExitCodeAndStderr) {
+  start({test_library("TestLibrary"), test_library("ExitOnStart", {"--exit-on-start", "7"})});
+  RpcClient c = connect();
+  c.initialize();
+  auto reply = c.import_library("ExitOnStart");
+  RJG_ASSERT_ERROR(reply, protocol::kWorkerFailed);
+  auto msg = reply.error_message();
+  EXPECT_TRUE(contains(msg, "exit code 7")) << msg;
+  EXPECT_TRUE(contains(msg, "simulated start failure")) << msg;
+  // The session goes on.
+  auto ok = c.import_library("TestLibrary");
+  RJG_EXPECT_OK(ok);
+}
+
+TEST_F(StartFailureTest, WorkerThatNeverInitializesTimesOut) {
+  auto no_init = test_library("NoInit", {"--no-initialize"});
+  no_init.startup_timeout = "1s";
+  start({test_library("TestLibrary"), no_init});
+  RpcClient c = connect();
+  c.initialize();
+  auto reply = c.import_library("NoInit");
+  RJG_ASSERT_ERROR(reply, protocol::kWorkerTimeout);
+  EXPECT_TRUE(contains(reply.error_message(), "NoInit")) << reply.error_message();
+  auto ok = c.import_library("TestLibrary");
+  RJG_EXPECT_OK(ok);
+}
+
+TEST_F(StartFailureTest, MissingCommandIsReportedByName) {
+  LibrarySpec missing;
+  missing.name = "Missing";
+  missing.command = {"/nonexistent/rjg-dir/robot-missing-worker", "--flag"};
+  start({test_library("TestLibrary"), missing});
+  RpcClient c = connect();
+  c.initialize();
+  auto reply = c.import_library("Missing");
+  RJG_ASSERT_ERROR(reply, protocol::kWorkerFailed);
+  EXPECT_TRUE(contains(reply.error_message(), "/nonexistent/rjg-dir/robot-missing-worker")) << reply.error_message();
+  auto ok = c.import_library("TestLibrary");
+  RJG_EXPECT_OK(ok);
+}
+
+TEST_F(StartFailureTest, SlowInitializeWithinTheStartupTimeoutWorks) {
+  auto slow = test_library("SlowInit", {"--initialize-delay", "0.5"});
+  slow.startup_timeout = "20s";
+  start({slow});
+  auto [c, token] = session("SlowInit");
+  auto echo = c.run_keyword(token, "Echo", json::array{"late but fine"});
+  RJG_ASSERT_KEYWORD_OK(echo);
+}
+
+TEST_F(StartFailureTest, WorkerFloodingStderrAtStartDoesNotStall) {
+  // Far more than a pipe buffer: the gateway must keep draining the worker's stderr.
+  auto chatty = test_library("Chatty", {"--stderr-lines", "20000"});
+  chatty.startup_timeout = "30s";
+  start({chatty});
+  auto [c, token] = session("Chatty");
+  auto echo = c.run_keyword(token, "Echo", json::array{"heard"});
+  RJG_ASSERT_KEYWORD_OK(echo);
+  EXPECT_EQ(keyword_value(echo), json::value("heard"));
+}
+
+TEST_F(StartFailureTest, FailingImportIsAnErrorAndTheSessionGoesOn) {
+  start({test_library("TestLibrary"), test_library("FailImport", {"--fail-import"})});
+  RpcClient c = connect();
+  c.initialize();
+  auto reply = c.import_library("FailImport");
+  ASSERT_FALSE(reply.ok()) << describe(reply);
+  EXPECT_FALSE(reply.error_message().empty()) << describe(reply);
+  auto ok = c.import_library("TestLibrary");
+  RJG_EXPECT_OK(ok);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Client goes away without finalize
+
+using DisconnectTest = GatewayTest;
+
+TEST_F(DisconnectTest, IdleSessionClosedWithoutFinalize) {
+  start();
+  auto [c, token] = session();
+  pid_t pid = remember_pid(worker_pid(c, token));
+  auto second = c.import_library("SecondLibrary");
+  RJG_ASSERT_OK(second);
+  pid_t pid2 = remember_pid(worker_pid(c, std::string(second.result->as_object().at("token").as_string())));
+  c.close();
+  EXPECT_TRUE(wait_pid_gone(pid, 20s)) << "worker pid " << pid << " outlived its session";
+  EXPECT_TRUE(wait_pid_gone(pid2, 20s)) << "worker pid " << pid2 << " outlived its session";
+  // Other sessions are unaffected.
+  auto [c2, t2] = session();
+  RJG_EXPECT_OK(c2.run_keyword(t2, "Echo", json::array{1}));
+}
+
+class DisconnectMidKeywordTest : public GatewayTest,
+                                 public ::testing::WithParamInterface<std::pair<std::string, json::array>> {};
+
+TEST_P(DisconnectMidKeywordTest, WorkerIsStopped) {
+  const auto& [keyword, args] = GetParam();
+  start();
+  auto [c, token] = session();
+  pid_t pid = remember_pid(worker_pid(c, token));
+  c.send_request(protocol::kRunKeyword,
+                 json::object{{"library_token", token}, {"name", keyword}, {"args", args}, {"kwargs", json::object{}}});
+  // Let the call reach the worker (not a timing assertion: the test holds either way).
+  std::this_thread::sleep_for(200ms);
+  c.close();
+  // A deadline well under the 30 s sleep: the worker must be stopped, not left to finish.
+  EXPECT_TRUE(wait_pid_gone(pid, 20s)) << "worker pid " << pid << " still running " << keyword
+                                       << " after its client disconnected";
+  auto [c2, t2] = session();
+  RJG_EXPECT_OK(c2.run_keyword(t2, "Echo", json::array{1}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Keywords, DisconnectMidKeywordTest,
+                         ::testing::Values(std::make_pair(std::string("Sleep"), json::array{30}),
+                                           std::make_pair(std::string("Hang"), json::array{})),
+                         [](const auto& info) { return info.param.first; });
+
+TEST_F(DisconnectTest, SessionClosedAfterShutdownWithoutExit) {
+  start();
+  auto [c, token] = session();
+  pid_t pid = remember_pid(worker_pid(c, token));
+  RJG_ASSERT_OK(c.shutdown());
+  c.close();
+  EXPECT_TRUE(wait_pid_gone(pid, 20s));
+}
+
+}  // namespace
+}  // namespace rjg::test

@@ -1,0 +1,80 @@
+// GoogleTest fixture: one real gateway per test, its log printed when the test fails.
+#pragma once
+
+#include "common/protocol.hpp"
+#include "tests/integration/harness.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <iostream>
+#include <memory>
+
+namespace rjg::test {
+
+namespace protocol = rjg::protocol;
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  // The default configuration: two test-worker libraries, TestLibrary first.
+  static std::vector<LibrarySpec> default_libraries() {
+    return {test_library("TestLibrary"), test_library("SecondLibrary")};
+  }
+
+  void start(std::vector<LibrarySpec> libraries = default_libraries(), GatewayOptions options = {}) {
+    gateway_ = std::make_unique<GatewayProcess>(std::move(libraries), std::move(options));
+    gateway_->start();
+  }
+
+  GatewayProcess& gateway() { return *gateway_; }
+
+  RpcClient connect() { return gateway_->connect(); }
+
+  // Connect, initialize, import: a ready session on `library`.
+  std::pair<RpcClient, std::string> session(const std::string& library = "TestLibrary", json::array args = {},
+                                            json::object kw_args = {}) {
+    RpcClient client = connect();
+    std::string token = open_library(client, library, std::move(args), std::move(kw_args));
+    return {std::move(client), std::move(token)};
+  }
+
+  // Worker pids seen by the test, killed at the end as a safety net if the gateway left them.
+  pid_t remember_pid(pid_t pid) {
+    pids_.push_back(pid);
+    return pid;
+  }
+
+  void SetUp() override { ::signal(SIGPIPE, SIG_IGN); }
+
+  void TearDown() override {
+    if (gateway_ && HasFailure()) {
+      std::cerr << "---- gateway config (" << gateway_->config_path().string() << ") ----\n"
+                << read_file(gateway_->config_path()) << "---- gateway stderr (last lines) ----\n"
+                << gateway_->log_tail() << "---- end of gateway stderr ----\n";
+    }
+    gateway_.reset();
+    for (pid_t pid : pids_) {
+      if (!pid_gone(pid)) ::kill(pid, SIGKILL);
+    }
+  }
+
+  std::unique_ptr<GatewayProcess> gateway_;
+  std::vector<pid_t> pids_;
+};
+
+// Assertion helpers that print the whole reply on failure.
+#define RJG_EXPECT_OK(reply) EXPECT_TRUE((reply).ok()) << ::rjg::test::describe(reply)
+#define RJG_ASSERT_OK(reply) ASSERT_TRUE((reply).ok()) << ::rjg::test::describe(reply)
+#define RJG_ASSERT_KEYWORD_OK(reply)                                                              \
+  do {                                                                                            \
+    ASSERT_TRUE((reply).ok()) << ::rjg::test::describe(reply);                                    \
+    ASSERT_EQ((reply).keyword_error(), nullptr) << "keyword failed: " << ::rjg::test::describe(reply); \
+  } while (0)
+#define RJG_ASSERT_ERROR(reply, code)                                                   \
+  do {                                                                                  \
+    ASSERT_FALSE((reply).ok()) << "expected error " << (code) << ", got "               \
+                               << ::rjg::test::describe(reply);                         \
+    ASSERT_EQ((reply).error_code(), (code)) << ::rjg::test::describe(reply);            \
+  } while (0)
+
+}  // namespace rjg::test

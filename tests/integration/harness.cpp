@@ -1,0 +1,426 @@
+#include "tests/integration/harness.hpp"
+
+#include "common/protocol.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+
+#ifndef RJG_GATEWAY_BIN
+#define RJG_GATEWAY_BIN "robot-jsonrpc-gateway"
+#endif
+#ifndef RJG_TEST_WORKER_BIN
+#define RJG_TEST_WORKER_BIN "robot-test-worker"
+#endif
+#ifndef RJG_CLI_BIN
+#define RJG_CLI_BIN "robot-jsonrpc-cli"
+#endif
+
+namespace rjg::test {
+
+const std::string& gateway_binary() {
+  static const std::string path = RJG_GATEWAY_BIN;
+  return path;
+}
+const std::string& test_worker_binary() {
+  static const std::string path = RJG_TEST_WORKER_BIN;
+  return path;
+}
+const std::string& cli_binary() {
+  static const std::string path = RJG_CLI_BIN;
+  return path;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TempDir::TempDir(std::string_view prefix) {
+  const char* base = std::getenv("TMPDIR");
+  std::string templ = fmt::format("{}/{}-XXXXXX", base && *base ? base : "/tmp", prefix);
+  if (!::mkdtemp(templ.data())) throw std::runtime_error(fmt::format("mkdtemp {}: {}", templ, std::strerror(errno)));
+  path_ = templ;
+}
+
+TempDir::~TempDir() {
+  if (keep_) return;
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error(fmt::format("socket: {}", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    throw std::runtime_error(fmt::format("bind: {}", std::strerror(errno)));
+  }
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool can_connect(std::uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const fs::path& path, std::string_view text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  if (!out) throw std::runtime_error(fmt::format("cannot write {}", path.string()));
+}
+
+std::string toml_string(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+        else out += c;
+    }
+  }
+  return out + "\"";
+}
+
+bool pid_gone(pid_t pid) { return pid > 0 && ::kill(pid, 0) == -1 && errno == ESRCH; }
+
+bool wait_pid_gone(pid_t pid, std::chrono::milliseconds timeout) {
+  return eventually([&] { return pid_gone(pid); }, timeout, 20ms);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+ChildProcess::~ChildProcess() { kill_and_reap(); }
+
+ChildProcess::ChildProcess(ChildProcess&& o) noexcept : pid_(o.pid_), status_(o.status_) { o.pid_ = -1; }
+
+ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
+  if (this != &o) {
+    kill_and_reap();
+    pid_ = o.pid_;
+    status_ = o.status_;
+    o.pid_ = -1;
+  }
+  return *this;
+}
+
+void ChildProcess::start(const std::vector<std::string>& argv, const fs::path& stdout_path,
+                         const fs::path& stderr_path) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int out = ::open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0 || err < 0) throw std::runtime_error(fmt::format("open output files: {}", std::strerror(errno)));
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(out);
+    ::close(err);
+    throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    int in = ::open("/dev/null", O_RDONLY);
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    // A crashing worker must not leave core files behind; the limit is inherited.
+    rlimit no_core{0, 0};
+    ::setrlimit(RLIMIT_CORE, &no_core);
+    ::signal(SIGPIPE, SIG_DFL);
+    ::execv(args[0], args.data());
+    std::string msg = fmt::format("exec {}: {}\n", argv[0], std::strerror(errno));
+    (void)!::write(2, msg.data(), msg.size());
+    ::_exit(127);
+  }
+  ::close(out);
+  ::close(err);
+  pid_ = pid;
+  status_.reset();
+}
+
+bool ChildProcess::running() {
+  if (pid_ <= 0 || status_) return false;
+  int st = 0;
+  pid_t r = ::waitpid(pid_, &st, WNOHANG);
+  if (r == pid_) {
+    status_ = st;
+    return false;
+  }
+  return r == 0;
+}
+
+std::optional<int> ChildProcess::wait(std::chrono::milliseconds timeout) {
+  if (status_) return status_;
+  if (pid_ <= 0) return std::nullopt;
+  eventually([&] { return !running(); }, timeout, 10ms);
+  return status_;
+}
+
+void ChildProcess::signal(int sig) {
+  if (pid_ > 0 && !status_) ::kill(pid_, sig);
+}
+
+void ChildProcess::kill_and_reap() {
+  if (pid_ <= 0 || status_) return;
+  if (running()) ::kill(pid_, SIGKILL);
+  int st = 0;
+  while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+  }
+  status_ = st;
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return fmt::format("exit code {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return fmt::format("signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  return fmt::format("wait status {}", status);
+}
+
+bool ProcessResult::exited_with(int code) const {
+  return !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == code;
+}
+
+std::string ProcessResult::describe() const {
+  return fmt::format("{}\n--- stdout ---\n{}\n--- stderr ---\n{}", timed_out ? "timed out" : describe_status(status),
+                     out, err);
+}
+
+ProcessResult run_process(const std::vector<std::string>& argv, const fs::path& workdir,
+                          std::chrono::milliseconds timeout) {
+  static int counter = 0;
+  ++counter;
+  auto out_path = workdir / fmt::format("run{}.stdout", counter);
+  auto err_path = workdir / fmt::format("run{}.stderr", counter);
+  ChildProcess child;
+  child.start(argv, out_path, err_path);
+  ProcessResult result;
+  auto status = child.wait(timeout);
+  if (!status) {
+    result.timed_out = true;
+    child.kill_and_reap();
+    status = child.status();
+  }
+  result.status = status.value_or(0);
+  result.out = read_file(out_path);
+  result.err = read_file(err_path);
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+LibrarySpec test_library(const std::string& name, std::vector<std::string> extra_args) {
+  LibrarySpec spec;
+  spec.name = name;
+  spec.command = {test_worker_binary(), "--name", name};
+  for (auto& a : extra_args) spec.command.push_back(std::move(a));
+  spec.env["RJG_TEST_LIBRARY"] = name;
+  return spec;
+}
+
+std::string make_config(std::uint16_t port, const std::vector<LibrarySpec>& libraries, const GatewayOptions& options) {
+  std::string out;
+  out += "[gateway]\n";
+  out += fmt::format("listen = [{}]\n", toml_string(fmt::format("tcp://127.0.0.1:{}", port)));
+  out += fmt::format("log_level = {}\n", toml_string(options.log_level));
+  out += fmt::format("drain_timeout = {}\n", toml_string(options.drain_timeout));
+  out += options.extra_gateway_toml;
+  if (!options.extra_gateway_toml.empty() && !options.extra_gateway_toml.ends_with('\n')) out += "\n";
+  for (const auto& lib : libraries) {
+    out += "\n[[library]]\n";
+    out += fmt::format("name = {}\n", toml_string(lib.name));
+    std::string cmd;
+    for (const auto& c : lib.command) cmd += (cmd.empty() ? "" : ", ") + toml_string(c);
+    out += fmt::format("command = [{}]\n", cmd);
+    if (!lib.env.empty()) {
+      std::string env;
+      for (const auto& [k, v] : lib.env) env += (env.empty() ? "" : ", ") + k + " = " + toml_string(v);
+      out += fmt::format("env = {{ {} }}\n", env);
+    }
+    if (lib.cwd) out += fmt::format("cwd = {}\n", toml_string(*lib.cwd));
+    if (lib.startup_timeout) out += fmt::format("startup_timeout = {}\n", toml_string(*lib.startup_timeout));
+    if (lib.shutdown_grace) out += fmt::format("shutdown_grace = {}\n", toml_string(*lib.shutdown_grace));
+  }
+  return out;
+}
+
+GatewayProcess::GatewayProcess(std::vector<LibrarySpec> libraries, GatewayOptions options)
+    : libraries_(std::move(libraries)), options_(std::move(options)) {}
+
+GatewayProcess::~GatewayProcess() {
+  if (process_.pid() > 0 && process_.running()) {
+    process_.signal(SIGTERM);
+    if (!process_.wait(10s)) process_.kill_and_reap();
+  }
+}
+
+void GatewayProcess::start() {
+  port_ = free_port();
+  write_file(config_path(), make_config(port_, libraries_, options_));
+  process_.start({gateway_binary(), "--config", config_path().string()}, dir_.path() / "gateway.stdout",
+                 stderr_path());
+  auto deadline = Clock::now() + 10s;
+  for (;;) {
+    if (!process_.running()) {
+      throw std::runtime_error(fmt::format("the gateway exited during start-up ({})\nconfig:\n{}\nstderr:\n{}",
+                                           describe_status(process_.status().value_or(0)),
+                                           read_file(config_path()), log_tail()));
+    }
+    if (can_connect(port_)) return;
+    if (Clock::now() >= deadline) {
+      std::string tail = log_tail();
+      process_.kill_and_reap();
+      throw std::runtime_error(fmt::format(
+          "the gateway did not accept connections on port {} within 10 s\nconfig:\n{}\nstderr:\n{}", port_,
+          read_file(config_path()), tail));
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+std::optional<int> GatewayProcess::stop(std::chrono::milliseconds timeout) {
+  if (process_.pid() <= 0) return std::nullopt;
+  process_.signal(SIGTERM);
+  auto status = process_.wait(timeout);
+  if (!status) process_.kill_and_reap();
+  return status;
+}
+
+std::string GatewayProcess::uri() const { return fmt::format("tcp://127.0.0.1:{}", port_); }
+
+std::string GatewayProcess::log() const { return read_file(stderr_path()); }
+
+std::string GatewayProcess::log_tail(std::size_t max_lines) const {
+  std::string text = log();
+  std::size_t pos = text.size();
+  for (std::size_t lines = 0; lines <= max_lines; ++lines) {
+    if (pos == 0) return text;
+    auto nl = text.rfind('\n', pos - 1);
+    if (nl == std::string::npos) return text;
+    pos = nl;
+  }
+  return fmt::format("[... {} earlier bytes ...]\n{}", pos + 1, text.substr(pos + 1));
+}
+
+RpcClient GatewayProcess::connect(std::chrono::milliseconds timeout) const {
+  RpcClient client(timeout);
+  client.set_client_info("rjg-integration-tests", "0");
+  client.connect("127.0.0.1", port_);
+  return client;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+json::value keyword_value(const RpcReply& reply) {
+  if (!reply.result || !reply.result->is_object()) return nullptr;
+  auto it = reply.result->get_object().find("result");
+  return it == reply.result->get_object().end() ? json::value(nullptr) : it->value();
+}
+
+std::string describe(const RpcReply& reply) {
+  json::object o;
+  o["id"] = reply.id;
+  if (reply.result) o["result"] = *reply.result;
+  if (reply.error) o["error"] = *reply.error;
+  std::string text = json::serialize(o);
+  if (text.size() > 2000) text = text.substr(0, 2000) + "...";
+  return text;
+}
+
+std::string open_library(RpcClient& client, const std::string& library, json::array args, json::object kw_args) {
+  client.initialize();
+  auto reply = client.import_library(library, std::move(args), std::move(kw_args));
+  if (!reply.ok()) throw std::runtime_error(fmt::format("import of '{}' failed: {}", library, describe(reply)));
+  const auto& r = reply.result->as_object();
+  return std::string(r.at("token").as_string());
+}
+
+pid_t worker_pid(RpcClient& client, const std::string& token) {
+  auto reply = client.run_keyword(token, "Get Pid");
+  if (!reply.ok() || reply.keyword_error())
+    throw std::runtime_error(fmt::format("Get Pid failed: {}", describe(reply)));
+  auto v = keyword_value(reply);
+  if (v.is_int64()) return static_cast<pid_t>(v.get_int64());
+  if (v.is_uint64()) return static_cast<pid_t>(v.get_uint64());
+  if (v.is_string()) return static_cast<pid_t>(std::stol(std::string(v.get_string())));
+  throw std::runtime_error(fmt::format("Get Pid returned {}", json::serialize(v)));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+DirectWorker::DirectWorker(const std::string& name, std::vector<std::string> extra_args)
+    : name_(name), extra_(std::move(extra_args)) {}
+
+DirectWorker::~DirectWorker() {
+  if (process_.pid() > 0 && process_.running()) {
+    process_.signal(SIGTERM);
+    if (!process_.wait(5s)) process_.kill_and_reap();
+  }
+}
+
+std::string DirectWorker::log() const { return read_file(dir_.path() / "worker.stderr"); }
+
+void DirectWorker::start(std::chrono::milliseconds timeout) {
+  std::vector<std::string> argv{test_worker_binary(), "--name", name_, "--tcp", "127.0.0.1:0"};
+  for (const auto& a : extra_) argv.push_back(a);
+  process_.start(argv, dir_.path() / "worker.stdout", dir_.path() / "worker.stderr");
+  static const std::regex listening(R"(listening on ([^\s:]+|\[[^\]]+\]):(\d+))");
+  auto deadline = Clock::now() + timeout;
+  for (;;) {
+    std::string err = log();
+    std::smatch m;
+    if (std::regex_search(err, m, listening)) {
+      host_ = m[1].str();
+      if (host_.size() > 2 && host_.front() == '[') host_ = host_.substr(1, host_.size() - 2);
+      port_ = static_cast<std::uint16_t>(std::stoi(m[2].str()));
+      return;
+    }
+    if (!process_.running())
+      throw std::runtime_error(fmt::format("{} --tcp exited ({}) without printing 'listening on HOST:PORT' "
+                                           "(is --tcp supported?); stderr:\n{}",
+                                           test_worker_binary(), describe_status(process_.status().value_or(0)), err));
+    if (Clock::now() >= deadline) {
+      process_.kill_and_reap();
+      throw std::runtime_error(fmt::format("{} --tcp printed no 'listening on HOST:PORT' within {} ms; stderr:\n{}",
+                                           test_worker_binary(), timeout.count(), err));
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+}  // namespace rjg::test

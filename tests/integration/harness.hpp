@@ -1,0 +1,207 @@
+// Test harness for the integration tests and the benchmark: runs the real gateway binary with a
+// real TOML configuration in a temporary directory, backed by the real test worker.
+// Every wait is bounded; no test depends on how fast anything is.
+#pragma once
+
+#include "common/client.hpp"
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace rjg::test {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// Paths of the binaries under test, from compile definitions.
+const std::string& gateway_binary();
+const std::string& test_worker_binary();
+const std::string& cli_binary();
+
+// A fresh directory under $TMPDIR (or /tmp), removed on destruction unless keep() was called.
+class TempDir {
+ public:
+  explicit TempDir(std::string_view prefix = "rjg-it");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+  void keep() { keep_ = true; }
+
+ private:
+  fs::path path_;
+  bool keep_ = false;
+};
+
+// A loopback port that was free a moment ago (bind port 0, read it, close).
+std::uint16_t free_port();
+// True if a TCP connect to 127.0.0.1:port succeeds right now.
+bool can_connect(std::uint16_t port);
+
+std::string read_file(const fs::path& path);
+void write_file(const fs::path& path, std::string_view text);
+// A TOML basic string literal, quotes included.
+std::string toml_string(std::string_view text);
+
+// kill(pid, 0) fails with ESRCH: no such process, not even a zombie (so it was also reaped).
+bool pid_gone(pid_t pid);
+// Polls pid_gone() until it holds or the deadline passes.
+bool wait_pid_gone(pid_t pid, std::chrono::milliseconds timeout);
+
+// Polls pred until it returns true or the deadline passes.
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout, std::chrono::milliseconds step = 50ms);
+
+// A child process with stdout and stderr redirected to files.
+class ChildProcess {
+ public:
+  ChildProcess() = default;
+  ~ChildProcess();
+  ChildProcess(ChildProcess&&) noexcept;
+  ChildProcess& operator=(ChildProcess&&) noexcept;
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  // Throws std::runtime_error if fork fails; exec failures show as exit code 127.
+  void start(const std::vector<std::string>& argv, const fs::path& stdout_path, const fs::path& stderr_path);
+  pid_t pid() const { return pid_; }
+  bool running();  // reaps if it has exited
+  // Waits until it exits (raw wait status) or the deadline passes (nullopt).
+  std::optional<int> wait(std::chrono::milliseconds timeout);
+  void signal(int sig);
+  // SIGKILL and reap, if still running.
+  void kill_and_reap();
+  std::optional<int> status() const { return status_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+struct ProcessResult {
+  bool timed_out = false;
+  int status = 0;  // raw wait status
+  std::string out;
+  std::string err;
+  bool exited_with(int code) const;
+  std::string describe() const;  // "exit code 1" / "signal 9" / "timed out"
+};
+// Runs argv to completion (bounded; killed after timeout), capturing stdout and stderr.
+ProcessResult run_process(const std::vector<std::string>& argv, const fs::path& workdir,
+                          std::chrono::milliseconds timeout = 60s);
+
+std::string describe_status(int status);
+
+// One [[library]] entry of the gateway configuration.
+struct LibrarySpec {
+  std::string name;
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+  std::optional<std::string> cwd;
+  std::optional<std::string> startup_timeout;
+  std::optional<std::string> shutdown_grace;
+};
+
+// A library served by the test worker: command = [robot-test-worker, --name, NAME, extra...], with
+// env RJG_TEST_LIBRARY=NAME so a test can tell which library it got.
+LibrarySpec test_library(const std::string& name, std::vector<std::string> extra_args = {});
+
+struct GatewayOptions {
+  std::string log_level = "debug";
+  std::string drain_timeout = "10s";
+  std::string extra_gateway_toml;  // appended inside [gateway]
+};
+
+std::string make_config(std::uint16_t port, const std::vector<LibrarySpec>& libraries, const GatewayOptions& options);
+
+// The real gateway binary, started with a configuration written to its own temporary directory.
+class GatewayProcess {
+ public:
+  explicit GatewayProcess(std::vector<LibrarySpec> libraries, GatewayOptions options = {});
+  ~GatewayProcess();
+
+  // Writes the configuration, starts the gateway and waits (up to 10 s) until it accepts
+  // connections. Throws std::runtime_error with the gateway's stderr if it exits or does not come up.
+  void start();
+  // SIGTERM, then wait up to timeout for the exit; returns the raw wait status, or nullopt if it
+  // did not exit (it is then killed with SIGKILL).
+  std::optional<int> stop(std::chrono::milliseconds timeout = 30s);
+  void signal(int sig) { process_.signal(sig); }
+  std::optional<int> wait(std::chrono::milliseconds timeout) { return process_.wait(timeout); }
+  bool running() { return process_.running(); }
+
+  std::uint16_t port() const { return port_; }
+  std::string uri() const;
+  pid_t pid() const { return process_.pid(); }
+  const fs::path& dir() const { return dir_.path(); }
+  fs::path config_path() const { return dir_.path() / "gateway.toml"; }
+  fs::path stderr_path() const { return dir_.path() / "gateway.stderr"; }
+  std::string log() const;  // the gateway's stderr so far
+  // The last max_lines lines of the log, for failure reports.
+  std::string log_tail(std::size_t max_lines = 400) const;
+  void keep_dir() { dir_.keep(); }
+
+  // A connected client (not yet initialized).
+  RpcClient connect(std::chrono::milliseconds timeout = 20s) const;
+
+ private:
+  std::vector<LibrarySpec> libraries_;
+  GatewayOptions options_;
+  TempDir dir_{"rjg-gateway"};
+  std::uint16_t port_ = 0;
+  ChildProcess process_;
+};
+
+// Helpers for keyword replies.
+// RunKeywordResult.result, or null when the field is left out (a keyword that returned None).
+json::value keyword_value(const RpcReply& reply);
+// Initialize + initialized + import; returns the gateway token (ASSERT-style: throws on failure).
+std::string open_library(RpcClient& client, const std::string& library, json::array args = {},
+                         json::object kw_args = {});
+// Runs "Get Pid" and returns the worker's pid.
+pid_t worker_pid(RpcClient& client, const std::string& token);
+std::string describe(const RpcReply& reply);
+
+// The test worker started directly (not through the gateway) with --tcp 127.0.0.1:0.
+class DirectWorker {
+ public:
+  explicit DirectWorker(const std::string& name, std::vector<std::string> extra_args = {});
+  ~DirectWorker();
+  // Starts it and parses "listening on HOST:PORT" from its stderr (bounded). Throws
+  // std::runtime_error naming the problem (e.g. the --tcp flag is not supported).
+  void start(std::chrono::milliseconds timeout = 10s);
+  std::uint16_t port() const { return port_; }
+  std::string host() const { return host_; }
+  pid_t pid() const { return process_.pid(); }
+  std::string log() const;
+
+ private:
+  std::string name_;
+  std::vector<std::string> extra_;
+  TempDir dir_{"rjg-worker"};
+  std::string host_;
+  std::uint16_t port_ = 0;
+  ChildProcess process_;
+};
+
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout, std::chrono::milliseconds step) {
+  auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (pred()) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(step);
+  }
+}
+
+}  // namespace rjg::test

@@ -1,0 +1,284 @@
+// The JSON-RPC message model: every recorded body classified, ids round-tripped, and each way a
+// body can be invalid answered with the right code and, when readable, the right id.
+#include "common/message.hpp"
+#include "common/protocol.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace json = boost::json;
+using rjg::Message;
+using rjg::ProtocolError;
+using Kind = Message::Kind;
+
+struct Recorded {
+  int conn;
+  std::string dir;  // c2s or s2c
+  std::string body;
+};
+
+std::vector<Recorded> load_trace(const std::filesystem::path& file) {
+  std::vector<Recorded> out;
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto record = json::parse(line).as_object();
+    out.push_back({static_cast<int>(record.at("conn").to_number<int>()), std::string(record.at("dir").as_string()),
+                   std::string(record.at("body").as_string())});
+  }
+  return out;
+}
+
+const Message& as_message(const rjg::Classified& c) {
+  if (auto* e = std::get_if<ProtocolError>(&c)) ADD_FAILURE() << "unexpected protocol error: " << e->message;
+  static const Message kEmpty{Kind::notification, {}};
+  auto* m = std::get_if<Message>(&c);
+  return m ? *m : kEmpty;
+}
+
+ProtocolError as_error(const rjg::Classified& c) {
+  if (auto* e = std::get_if<ProtocolError>(&c)) return *e;
+  ADD_FAILURE() << "expected a protocol error, got a message";
+  return ProtocolError{0, "", nullptr};
+}
+
+struct Counts {
+  int request = 0, notification = 0, response = 0, error_response = 0, parse_error = 0;
+  bool operator==(const Counts&) const = default;
+};
+
+std::ostream& operator<<(std::ostream& os, const Counts& c) {
+  return os << "{request " << c.request << ", notification " << c.notification << ", response " << c.response
+            << ", error_response " << c.error_response << ", parse_error " << c.parse_error << "}";
+}
+
+struct TraceExpectation {
+  const char* file;
+  Counts c2s;
+  Counts s2c;
+};
+void PrintTo(const TraceExpectation& t, std::ostream* os) { *os << t.file; }
+
+class TraceClassification : public ::testing::TestWithParam<TraceExpectation> {};
+
+// Clients send requests and notifications; servers answer with responses and error responses and
+// send robot/log notifications. Every request is answered once, with its own id, on its connection.
+TEST_P(TraceClassification, EveryBodyHasTheKindItsDirectionImplies) {
+  std::filesystem::path file = std::filesystem::path(RJG_TRACES_DIR) / GetParam().file;
+  if (!std::filesystem::exists(file)) GTEST_SKIP() << "trace file " << file << " is absent";
+
+  Counts c2s, s2c;
+  std::map<int, std::multiset<std::string>> requested, answered;
+  std::map<int, int> unreadable, answered_without_id;
+  for (const auto& rec : load_trace(file)) {
+    bool client = rec.dir == "c2s";
+    ASSERT_TRUE(client || rec.dir == "s2c") << rec.dir;
+    Counts& counts = client ? c2s : s2c;
+    auto classified = rjg::parse_message(rec.body);
+    if (auto* e = std::get_if<ProtocolError>(&classified)) {
+      EXPECT_EQ(e->code, rjg::protocol::kParseError) << rec.body;
+      EXPECT_TRUE(e->id.is_null());
+      ++counts.parse_error;
+      ++unreadable[rec.conn];
+      continue;
+    }
+    const Message& m = std::get<Message>(classified);
+    switch (m.kind) {
+      case Kind::request:
+        ++counts.request;
+        EXPECT_TRUE(client) << "a server sent a request: " << rec.body;
+        EXPECT_TRUE(m.method().starts_with("robot/")) << m.method();
+        requested[rec.conn].insert(rjg::id_to_string(m.id()));
+        break;
+      case Kind::notification:
+        ++counts.notification;
+        if (client)
+          EXPECT_TRUE(m.method() == rjg::protocol::kInitialized || m.method() == rjg::protocol::kExit) << m.method();
+        else
+          EXPECT_EQ(m.method(), rjg::protocol::kLog);
+        EXPECT_TRUE(m.id().is_null());
+        break;
+      case Kind::response:
+        ++counts.response;
+        EXPECT_FALSE(client) << "a client sent a response: " << rec.body;
+        answered[rec.conn].insert(rjg::id_to_string(m.id()));
+        break;
+      case Kind::error_response:
+        ++counts.error_response;
+        EXPECT_FALSE(client) << "a client sent an error response: " << rec.body;
+        EXPECT_TRUE(m.error().at("code").is_number());
+        EXPECT_TRUE(m.error().at("message").is_string());
+        if (m.id().is_null()) {
+          EXPECT_EQ(m.error().at("code").to_number<int>(), rjg::protocol::kParseError);
+          ++answered_without_id[rec.conn];
+        } else {
+          answered[rec.conn].insert(rjg::id_to_string(m.id()));
+        }
+        break;
+    }
+  }
+  EXPECT_EQ(c2s, GetParam().c2s);
+  EXPECT_EQ(s2c, GetParam().s2c);
+  EXPECT_EQ(requested, answered);
+  EXPECT_EQ(unreadable, answered_without_id);  // each malformed body got its id-less -32700
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Traces, TraceClassification,
+    ::testing::Values(
+        TraceExpectation{"reference-suite-tcp.jsonl", {.request = 70, .notification = 20}, {.notification = 9, .response = 70}},
+        TraceExpectation{"reference-edge-cases.jsonl",
+                         {.request = 35, .notification = 5, .parse_error = 1},
+                         {.notification = 10, .response = 31, .error_response = 5}}),
+    [](const auto& info) { return std::string(info.param.file).starts_with("reference-suite") ? "suite" : "edge_cases"; });
+
+TEST(Message, RecordedIntegerIdIsEchoedAsInteger) {
+  auto m = as_message(rjg::parse_message(R"({"jsonrpc": "2.0", "method": "robot/initialize", "id": 7, "params": {}})"));
+  EXPECT_EQ(m.kind, Kind::request);
+  ASSERT_TRUE(m.id().is_int64());
+  auto answer = rjg::make_result(m.id(), json::object{});
+  EXPECT_NE(answer.find("\"id\":7"), std::string::npos) << answer;
+  auto back = as_message(rjg::parse_message(answer));
+  EXPECT_EQ(back.kind, Kind::response);
+  EXPECT_EQ(back.id(), json::value(7));
+}
+
+TEST(Message, IdsRoundTripExactly) {
+  for (const char* id_text : {"\"1\"", "\"\"", "\"abc-\\u00fc-\\\"quoted\\\"\"", "0", "-5", "9223372036854775807",
+                              "18446744073709551615"}) {
+    std::string body = std::string(R"({"jsonrpc":"2.0","method":"robot/run_keyword","params":{},"id":)") + id_text + "}";
+    auto m = as_message(rjg::parse_message(body));
+    ASSERT_EQ(m.kind, Kind::request) << body;
+    json::value original = json::parse(id_text);
+    EXPECT_EQ(m.id(), original) << id_text;
+
+    for (const std::string& answer :
+         {rjg::make_result(m.id(), json::object{}), rjg::make_error(m.id(), rjg::protocol::kKeywordNotFound, "no")}) {
+      auto reply = as_message(rjg::parse_message(answer));
+      EXPECT_EQ(reply.id(), original) << answer;
+      EXPECT_EQ(reply.id().kind(), original.kind()) << answer;  // a string id stays a string, a number a number
+      EXPECT_EQ(rjg::id_to_string(reply.id()), json::serialize(original));
+    }
+  }
+}
+
+TEST(Message, MakeErrorCarriesCodeMessageAndData) {
+  auto text = rjg::make_error("3", rjg::protocol::kUnknownLibrary, "Library 'X' is not served", json::value("detail"));
+  auto m = as_message(rjg::parse_message(text));
+  ASSERT_EQ(m.kind, Kind::error_response);
+  EXPECT_EQ(m.id(), json::value("3"));
+  EXPECT_EQ(m.error().at("code"), json::value(rjg::protocol::kUnknownLibrary));
+  EXPECT_EQ(m.error().at("message"), json::value("Library 'X' is not served"));
+  EXPECT_EQ(m.error().at("data"), json::value("detail"));
+}
+
+TEST(Message, MalformedJsonIsParseErrorWithNullId) {
+  // Recorded in reference-edge-cases.jsonl: a body cut short, whose id is therefore unreadable.
+  auto e = as_error(rjg::parse_message(R"({"jsonrpc":"2.0","method":"robot/initialize","id":1,"params":)"));
+  EXPECT_EQ(e.code, rjg::protocol::kParseError);
+  EXPECT_TRUE(e.id.is_null());
+  for (const char* body : {"", "{", "not json", "{\"a\":1}}", "\xff\xfe"}) {
+    auto err = as_error(rjg::parse_message(body));
+    EXPECT_EQ(err.code, rjg::protocol::kParseError) << body;
+    EXPECT_TRUE(err.id.is_null()) << body;
+  }
+}
+
+struct Invalid {
+  const char* name;
+  const char* body;
+  json::value id;  // expected in the answer
+};
+void PrintTo(const Invalid& c, std::ostream* os) { *os << c.name; }
+
+class InvalidRequests : public ::testing::TestWithParam<Invalid> {};
+
+TEST_P(InvalidRequests, AnswerInvalidRequestWithTheReadableId) {
+  auto e = as_error(rjg::parse_message(GetParam().body));
+  EXPECT_EQ(e.code, rjg::protocol::kInvalidRequest) << e.message;
+  EXPECT_EQ(e.id, GetParam().id) << e.message;
+  EXPECT_EQ(e.id.kind(), GetParam().id.kind());
+  EXPECT_TRUE(e.message.starts_with("Invalid Request")) << e.message;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, InvalidRequests,
+    ::testing::Values(Invalid{"missing_jsonrpc", R"({"id":"3","method":"robot/initialize"})", "3"},
+                      Invalid{"wrong_version", R"({"jsonrpc":"1.0","id":4,"method":"robot/initialize"})", 4},
+                      Invalid{"version_not_string", R"({"jsonrpc":2.0,"id":"v","method":"robot/initialize"})", "v"},
+                      Invalid{"method_not_string", R"({"jsonrpc":"2.0","id":"5","method":5})", "5"},
+                      Invalid{"params_number", R"({"jsonrpc":"2.0","id":"6","method":"robot/run_keyword","params":1})", "6"},
+                      Invalid{"params_string", R"({"jsonrpc":"2.0","id":6,"method":"robot/run_keyword","params":"x"})", 6},
+                      Invalid{"array_batch", R"([{"jsonrpc":"2.0","id":"1","method":"robot/initialize"}])", nullptr},
+                      Invalid{"scalar", R"(42)", nullptr},
+                      Invalid{"result_and_error",
+                              R"({"jsonrpc":"2.0","id":"9","result":{},"error":{"code":-32603,"message":"x"}})", "9"},
+                      Invalid{"neither_result_nor_error", R"({"jsonrpc":"2.0","id":"10"})", "10"},
+                      Invalid{"error_without_code", R"({"jsonrpc":"2.0","id":"11","error":{"message":"x"}})", "11"},
+                      Invalid{"null_id_on_request", R"({"jsonrpc":"2.0","id":null,"method":"robot/initialize"})", nullptr},
+                      Invalid{"object_id_on_request", R"({"jsonrpc":"2.0","id":{"a":1},"method":"robot/initialize"})",
+                              nullptr},
+                      Invalid{"nothing_to_classify", R"({"jsonrpc":"2.0"})", nullptr}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Message, NestingDeeperThanTheLimitIsParseError) {
+  rjg::JsonLimits limits;
+  limits.max_depth = 8;
+  auto nested = [](int levels) {
+    // The message object is one level; the rest is params nesting.
+    std::string params(levels - 1, '[');
+    params += std::string(levels - 1, ']');
+    return R"({"jsonrpc":"2.0","method":"robot/log","params":)" + params + "}";
+  };
+  EXPECT_EQ(as_message(rjg::parse_message(nested(8), limits)).kind, Kind::notification);
+  auto e = as_error(rjg::parse_message(nested(9), limits));
+  EXPECT_EQ(e.code, rjg::protocol::kParseError);
+  EXPECT_TRUE(e.id.is_null());
+  EXPECT_NE(e.message.find("nesting"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("8"), std::string::npos) << e.message;
+
+  // The default limit stops a deep bomb without recursion trouble.
+  std::string bomb = R"({"jsonrpc":"2.0","id":"1","method":"m","params":)" + std::string(100000, '[');
+  EXPECT_EQ(as_error(rjg::parse_message(bomb)).code, rjg::protocol::kParseError);
+}
+
+TEST(Message, UnknownFieldsSurviveClassification) {
+  auto m = as_message(rjg::parse_message(
+      R"({"jsonrpc":"2.0","id":"1","method":"robot/run_keyword","x-trace":{"span":[1,2]},)"
+      R"("params":{"library_token":"t","name":"Echo","args":[{"__pickled__":"80049500"}],"future":true}})"));
+  ASSERT_EQ(m.kind, Kind::request);
+  EXPECT_EQ(m.object.at("x-trace"), json::parse(R"({"span":[1,2]})"));
+  EXPECT_EQ(m.params().at("future"), json::value(true));
+  EXPECT_EQ(m.params().at("args"), json::parse(R"([{"__pickled__":"80049500"}])"));
+
+  auto r = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","id":"2","result":{},"extra":[null]})"));
+  ASSERT_EQ(r.kind, Kind::response);
+  EXPECT_EQ(r.object.at("extra"), json::parse("[null]"));
+}
+
+TEST(Message, AccessorsOnEachKind) {
+  auto n = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","method":"robot/initialized"})"));
+  EXPECT_EQ(n.kind, Kind::notification);
+  EXPECT_EQ(n.method(), rjg::protocol::kInitialized);
+  EXPECT_TRUE(n.params().is_null());  // absent params read as null
+
+  auto r = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","id":"4","result":{"result":"x"}})"));
+  EXPECT_EQ(r.kind, Kind::response);
+  EXPECT_EQ(r.result(), json::parse(R"({"result":"x"})"));
+
+  auto e = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"bad"}})"));
+  EXPECT_EQ(e.kind, Kind::error_response);
+  EXPECT_TRUE(e.id().is_null());
+  EXPECT_EQ(e.error().at("code"), json::value(-32700));
+}
+
+}  // namespace

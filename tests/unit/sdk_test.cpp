@@ -1,0 +1,667 @@
+// The native-library SDK: Robot-like conversion, argument binding, error shapes, the protocol state
+// machine driven in memory through Session, and one whole session through serve_stream.
+#include "workers/sdk/sdk.hpp"
+
+#include "common/framing.hpp"
+#include "common/protocol.hpp"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace json = boost::json;
+namespace protocol = rjg::protocol;
+using rjg::sdk::Arg;
+using rjg::sdk::ArgKind;
+using rjg::sdk::Call;
+using rjg::sdk::ErrorMode;
+using rjg::sdk::KeywordError;
+using rjg::sdk::Library;
+using rjg::sdk::Session;
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+
+class Capture : public rjg::sdk::Output {
+ public:
+  void send(std::string_view text) override { messages.push_back(json::parse(text)); }
+  void write_raw(std::string_view bytes) override { raw += bytes; }
+
+  std::vector<json::value> take() { return std::exchange(messages, {}); }
+
+  std::vector<json::value> messages;
+  std::string raw;
+};
+
+Library make_probe_library() {
+  Library lib{"Probe", "A library for tests.", "2.5"};
+  lib.keyword("Add", {{"a", "int"}, {"b", "int", json::value(0)}}, "Adds.",
+              [](Call& c) -> json::value { return c.get<std::int64_t>("a") + c.get<std::int64_t>("b"); }, {"math"});
+  lib.keyword("Echo", {{"value"}}, "", [](Call& c) -> json::value { return c.value("value"); });
+  lib.keyword("Nothing", {}, "", [](Call&) -> json::value { return nullptr; });
+  lib.keyword("Fail", {}, "", [](Call&) -> json::value {
+    throw KeywordError("it broke", "ValueError", "tb line", ErrorMode::continuable);
+  });
+  lib.keyword("Throw", {}, "", [](Call&) -> json::value { throw std::runtime_error("plain failure"); });
+  lib.keyword("Chatty", {}, "", [](Call& c) -> json::value {
+    c.log("first");
+    c.log("<b>second</b>", "WARN", true, true);
+    return "done";
+  });
+  lib.keyword("Count", {}, "", [](Call& c) -> json::value { return ++c.state<int>(); });
+  lib.keyword("Import Args", {}, "", [](Call& c) -> json::value {
+    return json::object{{"args", c.import_args().args}, {"kw_args", c.import_args().kw_args}};
+  });
+  lib.keyword("Raw", {}, "", [](Call& c) -> json::value {
+    c.write_raw("junk");
+    return "ok";
+  });
+  lib.on_import([](rjg::sdk::ImportContext& ctx) {
+    if (!ctx.import.args.empty() && ctx.import.args[0] == "refuse") throw std::runtime_error("refused on purpose");
+    ctx.state = 0;
+  });
+  return lib;
+}
+
+// Drives a Session with requests and returns what it wrote, as a client would see it.
+class Driver {
+ public:
+  explicit Driver(const Library& lib) : session_(lib, out_) {}
+
+  std::vector<json::value> send(const std::string& body) {
+    session_.handle(body);
+    return out_.take();
+  }
+  std::vector<json::value> request(const json::value& id, std::string_view method, json::value params = json::object()) {
+    return send(rjg::make_request(id, method, std::move(params)));
+  }
+  std::vector<json::value> notify(std::string_view method) { return send(rjg::make_notification(method, json::object())); }
+
+  // The single answer to a request; fails the test if there is not exactly one message.
+  json::object answer(const json::value& id, std::string_view method, json::value params = json::object()) {
+    auto messages = request(id, method, std::move(params));
+    EXPECT_EQ(messages.size(), 1u) << method;
+    if (messages.empty()) return {};
+    EXPECT_EQ(messages.back().at("id"), id);
+    return messages.back().as_object();
+  }
+
+  void initialize() {
+    answer("init", protocol::kInitialize);
+    EXPECT_TRUE(notify(protocol::kInitialized).empty());
+  }
+
+  std::string import(json::array args = {}, json::object kw_args = {}) {
+    auto reply = answer("imp", protocol::kImportLibrary,
+                        json::object{{"name", "Probe"}, {"args", std::move(args)}, {"kw_args", std::move(kw_args)}});
+    return std::string(reply.at("result").at("token").as_string());
+  }
+
+  // The RunKeywordResult of a call.
+  json::object run(const std::string& token, std::string_view keyword, json::array args = {}, json::object kwargs = {}) {
+    auto reply = answer("run", protocol::kRunKeyword,
+                        json::object{{"library_token", token}, {"name", keyword}, {"args", args}, {"kwargs", kwargs}});
+    return reply.contains("result") ? reply.at("result").as_object() : json::object();
+  }
+
+  const Capture& output() const { return out_; }
+  bool done() const { return session_.done(); }
+
+ private:
+  Capture out_;
+  Session session_;
+};
+
+std::string error_message(const json::object& run_result) {
+  return std::string(run_result.at("error").at("message").as_string());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversion
+
+TEST(Convert, IntFromRobotStrings) {
+  using rjg::sdk::convert;
+  EXPECT_EQ(convert("3", "int"), json::value(3));
+  EXPECT_EQ(convert(" -42 ", "int"), json::value(-42));
+  EXPECT_EQ(convert("1_000", "int"), json::value(1000));
+  EXPECT_EQ(convert("1 000", "integer"), json::value(1000));
+  EXPECT_EQ(convert("0x1F", "int"), json::value(31));
+  EXPECT_EQ(convert("0o17", "int"), json::value(15));
+  EXPECT_EQ(convert("0b101", "int"), json::value(5));
+  EXPECT_EQ(convert("3.0", "int"), json::value(3));
+  EXPECT_EQ(convert("1e3", "int"), json::value(1000));
+  EXPECT_EQ(convert("-9223372036854775808", "int"), json::value(INT64_MIN));
+  EXPECT_EQ(convert(7.0, "int"), json::value(7));
+  EXPECT_EQ(convert(json::value(std::uint64_t{5}), "int"), json::value(5));
+}
+
+TEST(Convert, IntRejects) {
+  using rjg::sdk::convert;
+  EXPECT_FALSE(convert("3.5", "int"));
+  EXPECT_FALSE(convert("abc", "int"));
+  EXPECT_FALSE(convert("", "int"));
+  EXPECT_FALSE(convert("0x", "int"));
+  EXPECT_FALSE(convert("9223372036854775808", "int"));
+  EXPECT_FALSE(convert(json::value(UINT64_MAX), "int"));
+  EXPECT_FALSE(convert(2.5, "int"));
+  EXPECT_FALSE(convert(true, "int"));
+  EXPECT_FALSE(convert(nullptr, "int"));
+  EXPECT_FALSE(convert(json::array{1}, "int"));
+}
+
+TEST(Convert, Float) {
+  using rjg::sdk::convert;
+  EXPECT_EQ(convert("2.5", "float"), json::value(2.5));
+  EXPECT_EQ(convert("+1_000.5", "float"), json::value(1000.5));
+  EXPECT_EQ(convert(3, "double"), json::value(3.0));
+  EXPECT_TRUE(convert(3, "float")->is_double());
+  EXPECT_FALSE(convert("x", "float"));
+  EXPECT_FALSE(convert("", "float"));
+  EXPECT_FALSE(convert("1.5abc", "float"));
+  EXPECT_FALSE(convert(false, "float"));
+}
+
+TEST(Convert, Bool) {
+  using rjg::sdk::convert;
+  for (const char* yes : {"true", "TRUE", "Yes", "on", "1"}) EXPECT_EQ(convert(yes, "bool"), json::value(true)) << yes;
+  for (const char* no : {"false", "False", "NO", "off", "0", ""}) EXPECT_EQ(convert(no, "bool"), json::value(false)) << no;
+  EXPECT_EQ(convert(true, "boolean"), json::value(true));
+  EXPECT_EQ(convert(0, "bool"), json::value(false));
+  EXPECT_EQ(convert(2, "bool"), json::value(true));
+  EXPECT_FALSE(convert("maybe", "bool"));
+  EXPECT_FALSE(convert(1.5, "bool"));
+}
+
+TEST(Convert, Str) {
+  using rjg::sdk::convert;
+  EXPECT_EQ(convert("x", "str"), json::value("x"));
+  EXPECT_EQ(convert(3, "str"), json::value("3"));
+  EXPECT_EQ(convert(true, "string"), json::value("True"));
+  EXPECT_FALSE(convert(nullptr, "str"));
+  EXPECT_FALSE(convert(json::array{1}, "str"));
+}
+
+TEST(Convert, OtherTypesPassThrough) {
+  const json::value pickled = json::object{{"__pickled__", "80049509000000000000008f94284b014b02902e"}};
+  EXPECT_EQ(rjg::sdk::convert(pickled, ""), pickled);
+  EXPECT_EQ(rjg::sdk::convert(pickled, "list"), pickled);
+  EXPECT_EQ(rjg::sdk::convert("3", "Any"), json::value("3"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Binding
+
+rjg::sdk::Keyword keyword(std::string name, std::vector<Arg> args) {
+  return {std::move(name), std::move(args), "", [](Call&) -> json::value { return nullptr; }, {}};
+}
+
+json::object bind(const rjg::sdk::Keyword& kw, json::array args, json::object kwargs = {}) {
+  return rjg::sdk::bind_arguments("Lib", kw, args, kwargs);
+}
+
+std::string bind_error(const rjg::sdk::Keyword& kw, json::array args, json::object kwargs = {}) {
+  try {
+    bind(kw, std::move(args), std::move(kwargs));
+  } catch (const KeywordError& e) {
+    return e.type() + ": " + e.what();
+  }
+  return "no error";
+}
+
+TEST(Bind, PositionalNamedAndDefaults) {
+  const auto kw = keyword("Add", {{"a", "int"}, {"b", "int", json::value(10)}});
+  EXPECT_EQ(bind(kw, {"1", 2}), (json::object{{"a", 1}, {"b", 2}}));
+  EXPECT_EQ(bind(kw, {1}), (json::object{{"a", 1}, {"b", 10}}));
+  EXPECT_EQ(bind(kw, {}, {{"b", "5"}, {"a", "4"}}), (json::object{{"a", 4}, {"b", 5}}));
+  EXPECT_EQ(bind(kw, {4}, {{"b", 5}}), (json::object{{"a", 4}, {"b", 5}}));
+}
+
+TEST(Bind, DefaultsAreNotConverted) {
+  const auto kw = keyword("K", {{"n", "int", json::value("not a number")}, {"s", "str", json::value(nullptr)}});
+  EXPECT_EQ(bind(kw, {}), (json::object{{"n", "not a number"}, {"s", nullptr}}));
+  // An explicit None for `s: str = None` stays None, as Python's Optional[str] would.
+  EXPECT_EQ(bind(kw, {}, {{"s", nullptr}}).at("s"), json::value(nullptr));
+}
+
+TEST(Bind, VariadicAndNamedOnly) {
+  const auto kw = keyword("K", {{"first"}, Arg::var_positional("rest", "int"), Arg::named_only("sep", "str", json::value("-")),
+                                Arg::named_only("flag", "bool"), Arg::var_named("options", "float")});
+  const json::object bound = bind(kw, {"x", "1", 2}, {{"flag", "yes"}, {"ratio", "0.5"}});
+  EXPECT_EQ(bound.at("first"), json::value("x"));
+  EXPECT_EQ(bound.at("rest"), (json::array{1, 2}));
+  EXPECT_EQ(bound.at("sep"), json::value("-"));
+  EXPECT_EQ(bound.at("flag"), json::value(true));
+  EXPECT_EQ(bound.at("options"), (json::object{{"ratio", 0.5}}));
+
+  const json::object minimal = bind(kw, {"x"}, {{"flag", false}});
+  EXPECT_EQ(minimal.at("rest"), json::array());
+  EXPECT_EQ(minimal.at("options"), json::object());
+}
+
+TEST(Bind, ErrorsNameLibraryKeywordAndArgument) {
+  const auto kw = keyword("Add", {{"a", "int"}, {"b", "int", json::value(0)}});
+  EXPECT_EQ(bind_error(kw, {}), "TypeError: Keyword 'Lib.Add' missing value for argument 'a'.");
+  EXPECT_EQ(bind_error(kw, {1, 2, 3}), "TypeError: Keyword 'Lib.Add' expected 1 to 2 arguments, got 3.");
+  EXPECT_EQ(bind_error(kw, {1}, {{"a", 2}}), "TypeError: Keyword 'Lib.Add' got multiple values for argument 'a'.");
+  EXPECT_EQ(bind_error(kw, {1}, {{"c", 2}}), "TypeError: Keyword 'Lib.Add' got unexpected named argument 'c'.");
+  EXPECT_EQ(bind_error(kw, {"three"}),
+            "ValueError: Keyword 'Lib.Add': argument 'a' got value 'three' that cannot be converted to int.");
+  EXPECT_EQ(bind_error(keyword("One", {{"x"}}), {1, 2}), "TypeError: Keyword 'Lib.One' expected 1 argument, got 2.");
+  EXPECT_EQ(bind_error(keyword("K", {Arg::named_only("n", "int")}), {}),
+            "TypeError: Keyword 'Lib.K' missing value for argument 'n'.");
+  EXPECT_EQ(bind_error(keyword("K", {Arg::var_positional("v", "int")}), {1, "x"}),
+            "ValueError: Keyword 'Lib.K': argument 'v' got value 'x' that cannot be converted to int.");
+}
+
+TEST(Bind, VarPositionalNameIsNotANamedArgument) {
+  const auto kw = keyword("K", {Arg::var_positional("items")});
+  EXPECT_EQ(bind_error(kw, {}, {{"items", 1}}), "TypeError: Keyword 'Lib.K' got unexpected named argument 'items'.");
+}
+
+TEST(Signature, RejectedAtRegistration) {
+  auto body = [](Call&) -> json::value { return nullptr; };
+  Library lib{"L"};
+  EXPECT_THROW(lib.keyword("K", {{"a"}, {"a"}}, "", body), std::invalid_argument);
+  EXPECT_THROW(lib.keyword("K", {{"a", "", json::value(1)}, {"b"}}, "", body), std::invalid_argument);
+  EXPECT_THROW(lib.keyword("K", {Arg::named_only("n"), {"a"}}, "", body), std::invalid_argument);
+  EXPECT_THROW(lib.keyword("K", {Arg::var_positional("a"), Arg::var_positional("b")}, "", body), std::invalid_argument);
+  EXPECT_THROW(lib.keyword("K", {Arg::var_named("kw"), Arg::named_only("n")}, "", body), std::invalid_argument);
+  EXPECT_THROW(lib.keyword("K", {}, "", nullptr), std::invalid_argument);
+  lib.keyword("Some Keyword", {}, "", body);
+  EXPECT_THROW(lib.keyword("some_keyword", {}, "", body), std::invalid_argument);
+  EXPECT_THROW(Library{""}, std::invalid_argument);
+}
+
+TEST(Library, FindsExactThenNormalizedNames) {
+  const Library lib = make_probe_library();
+  ASSERT_NE(lib.find("Import Args"), nullptr);
+  EXPECT_EQ(lib.find("import_args"), lib.find("Import Args"));
+  EXPECT_EQ(lib.find("IMPORTARGS"), lib.find("Import Args"));
+  EXPECT_EQ(lib.find("Import Argz"), nullptr);
+}
+
+TEST(Library, DefinitionShape) {
+  const json::object def = make_probe_library().definition();
+  EXPECT_EQ(def.at("name"), json::value("Probe"));
+  EXPECT_EQ(def.at("doc"), json::value("A library for tests."));
+  EXPECT_EQ(def.at("doc_format"), json::value("ROBOT"));
+  EXPECT_EQ(def.at("scope"), json::value("GLOBAL"));
+  EXPECT_EQ(def.at("version"), json::value("2.5"));
+  const json::object& add = def.at("keywords").as_array().at(0).as_object();
+  EXPECT_EQ(add.at("name"), json::value("Add"));
+  EXPECT_EQ(add.at("doc"), json::value("Adds."));
+  EXPECT_EQ(add.at("tags"), (json::array{"math"}));
+  EXPECT_EQ(add.at("args"), json::parse(R"([
+      {"name":"a","type":"int","has_default":false,"required":true,"kind":"POSITIONAL_OR_NAMED"},
+      {"name":"b","type":"int","has_default":true,"default":0,"required":true,"kind":"POSITIONAL_OR_NAMED"}])"));
+
+  Library kinds{"Kinds"};
+  kinds.keyword("K", {Arg::var_positional("v"), Arg::named_only("n", "", json::value(nullptr)), Arg::var_named("kw")}, "",
+                [](Call&) -> json::value { return nullptr; });
+  const json::object kinds_def = kinds.definition();
+  const json::array& args = kinds_def.at("keywords").at(0).at("args").as_array();
+  EXPECT_EQ(args.at(0).at("kind"), json::value("VAR_POSITIONAL"));
+  EXPECT_EQ(args.at(1).at("kind"), json::value("NAMED_ONLY"));
+  EXPECT_EQ(args.at(1).at("has_default"), json::value(true));
+  EXPECT_EQ(args.at(1).at("default"), json::value(nullptr));  // a null default is still sent
+  EXPECT_EQ(args.at(2).at("kind"), json::value("VAR_NAMED"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Typed access from a keyword body
+
+TEST(CallAccess, ConvertsRangeChecksAndReportsMisuse) {
+  Library lib{"L"};
+  std::vector<std::string> seen;
+  lib.keyword("K", {{"raw"}, {"big", "int"}, {"list"}}, "", [&](Call& c) -> json::value {
+    seen.push_back(std::to_string(c.get<std::int64_t>("raw")));  // untyped "42" converts on access
+    seen.push_back(std::to_string(c.get<int>("raw")));
+    try {
+      c.get<std::int8_t>("big");
+    } catch (const KeywordError& e) {
+      seen.push_back(e.type() + ": " + e.what());
+    }
+    try {
+      c.get<json::object>("list");
+    } catch (const KeywordError& e) {
+      seen.push_back(e.type() + ": " + e.what());
+    }
+    seen.push_back(json::serialize(c.get<json::array>("list")));
+    c.value("undeclared");  // throws std::logic_error: a library bug, reported as a keyword failure
+    return nullptr;
+  });
+  Driver d(lib);
+  d.initialize();
+  auto token = std::string(d.answer(1, protocol::kImportLibrary, json::object{{"name", ""}})
+                               .at("result").at("token").as_string());
+  const json::object result = d.run(token, "K", {"42", 1000, json::array{1}});
+  EXPECT_EQ(seen, (std::vector<std::string>{"42", "42", "ValueError: Keyword 'L.K': argument 'big' is out of range for int.",
+                                            "ValueError: Keyword 'L.K': argument 'list' is not a dictionary", "[1]"}));
+  EXPECT_EQ(result.at("error").at("type"), json::value("std::logic_error"));
+  EXPECT_EQ(error_message(result), "keyword 'L.K' has no argument named 'undeclared'");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The protocol state machine
+
+TEST(SessionProtocol, RequestsBeforeInitializationAreRefusedWithTheirId) {
+  const Library lib = make_probe_library();
+  Driver d(lib);
+  auto run = d.answer("1", protocol::kRunKeyword, json::object{{"library_token", "x"}, {"name", "Echo"}});
+  EXPECT_EQ(run.at("error").at("code"), json::value(protocol::kNotInitialized));
+  EXPECT_EQ(run.at("error").at("message"),
+            json::value("Initialize and Initialized must be received before RunKeyword."));
+  d.answer(2, protocol::kInitialize);
+  // robot/initialize alone is not enough: robot/initialized must arrive too.
+  auto import = d.answer(3, protocol::kImportLibrary, json::object{{"name", "Probe"}});
+  EXPECT_EQ(import.at("error").at("code"), json::value(protocol::kNotInitialized));
+  EXPECT_TRUE(d.notify(protocol::kInitialized).empty());
+  EXPECT_TRUE(d.answer(4, protocol::kImportLibrary, json::object{{"name", "Probe"}}).contains("result"));
+}
+
+TEST(SessionProtocol, InitializeResult) {
+  const Library lib = make_probe_library();
+  Driver d(lib);
+  EXPECT_EQ(d.answer(7, protocol::kInitialize).at("result"), json::parse(R"({
+      "capabilities": {"support_exit": true, "libraries": ["Probe"]},
+      "server_info": {"name": "Probe", "version": "2.5"}})"));
+}
+
+TEST(SessionProtocol, ImportByNameOrDefaultGivesDistinctTokens) {
+  const Library lib = make_probe_library();
+  Driver d(lib);
+  d.initialize();
+  const std::regex token_shape("Probe_[0-9a-f]{8}_[0-9]+");
+  auto first = d.answer(1, protocol::kImportLibrary, json::object{{"name", ""}});
+  auto second = d.answer(2, protocol::kImportLibrary, json::object{{"name", "Probe"}, {"args", nullptr}});
+  const std::string t1(first.at("result").at("token").as_string());
+  const std::string t2(second.at("result").at("token").as_string());
+  EXPECT_TRUE(std::regex_match(t1, token_shape)) << t1;
+  EXPECT_TRUE(std::regex_match(t2, token_shape)) << t2;
+  EXPECT_NE(t1, t2);
+  EXPECT_EQ(first.at("result").at("definition"), json::value(lib.definition()));
+}
+
+TEST(SessionProtocol, ImportOfAnotherLibraryIsAJsonRpcError) {
+  const Library lib = make_probe_library();
+  Driver d(lib);
+  d.initialize();
+  auto reply = d.answer("9", protocol::kImportLibrary, json::object{{"name", "Other"}});
+  EXPECT_EQ(reply.at("error").at("code"), json::value(protocol::kInvalidParams));
+  EXPECT_NE(std::string(reply.at("error").at("message").as_string()).find("'Other'"), std::string::npos);
+}
+
+TEST(SessionProtocol, ImportHookFailureIsAJsonRpcError) {
+  const Library lib = make_probe_library();
+  Driver d(lib);
+  d.initialize();
+  auto reply = d.answer("9", protocol::kImportLibrary, json::object{{"name", "Probe"}, {"args", json::array{"refuse"}}});
+  EXPECT_EQ(reply.at("error").at("code"), json::value(protocol::kInternalError));
+  EXPECT_EQ(reply.at("error").at("message"), json::value("refused on purpose"));
+}
+
+TEST(SessionProtocol, InvalidParamsAreRefused) {
+  const Library lib = make_probe_library();
+  Driver d(lib);
+  d.initialize();
+  EXPECT_EQ(d.answer(1, protocol::kImportLibrary, json::object{{"name", 3}}).at("error").at("code"),
+            json::value(protocol::kInvalidParams));
+  EXPECT_EQ(d.answer(2, protocol::kImportLibrary, json::object{{"name", ""}, {"args", "x"}}).at("error").at("code"),
+            json::value(protocol::kInvalidParams));
+  EXPECT_EQ(d.answer(3, protocol::kRunKeyword, json::object{{"library_token", "t"}}).at("error").at("code"),
+            json::value(protocol::kInvalidParams));
+}
+
+TEST(SessionProtocol, EachImportHasItsOwnArgsAndState) {
+  const Library lib = make_probe_library();
+  Driver d(lib);
+  d.initialize();
+  const std::string a = d.import({"a", 1}, {{"k", "v"}});
+  const std::string b = d.import();
+  EXPECT_EQ(d.run(a, "Import Args").at("result"),
+            json::parse(R"({"args": ["a", 1], "kw_args": {"k": "v"}})"));
+  EXPECT_EQ(d.run(b, "Import Args").at("result"), json::parse(R"({"args": [], "kw_args": {}})"));
+  EXPECT_EQ(d.run(a, "Count").at("result"), json::value(1));
+  EXPECT_EQ(d.run(a, "Count").at("result"), json::value(2));
+  EXPECT_EQ(d.run(b, "Count").at("result"), json::value(1));
+}
+
+TEST(SessionProtocol, RunKeywordResultShapes) {
+  const Library lib = make_probe_library();
+  Driver d(lib);
+  d.initialize();
+  const std::string token = d.import();
+
+  EXPECT_EQ(d.run(token, "Add", {"2", 3}), (json::object{{"result", 5}}));
+  EXPECT_EQ(d.run(token, "add", {2}), (json::object{{"result", 2}}));  // Robot-normalized name
+  EXPECT_EQ(d.run(token, "Nothing"), json::object());                   // None: `result` left out
+  EXPECT_EQ(d.run(token, "Echo", {nullptr}), json::object());
+  const json::value pickled = json::object{{"__pickled__", "8004950a000000000000007d948c0161944b01732e"}};
+  EXPECT_EQ(d.run(token, "Echo", {pickled}).at("result"), pickled);
+
+  EXPECT_EQ(d.run(token, "Fail").at("error"), json::parse(R"({
+      "message": "it broke", "type": "ValueError", "traceback": "tb line", "mode": "CONTINUABLE"})"));
+  EXPECT_EQ(d.run(token, "Throw").at("error"), json::parse(R"({"message": "plain failure", "type": "std::runtime_error"})"));
+  EXPECT_EQ(d.run(token, "Add", {"x"}).at("error").at("type"), json::value("ValueError"));
+}
+
+TEST(SessionProtocol, UnknownTokenAndUnknownKeyword) {
+  const Library lib = make_probe_library();
+  Driver d(lib);
+  d.initialize();
+  const std::string token = d.import();
+  EXPECT_EQ(error_message(d.run("bogus-token", "Echo", {1})), "No library 'bogus-token' found.");
+  EXPECT_EQ(error_message(d.run(token, "Nope")),
+            "No keyword named 'Nope' in library 'Probe'. Available: Add, Echo, Nothing, Fail, Throw, Chatty, Count, "
+            "Import Args, Raw.");
+}
+
+TEST(SessionProtocol, LogsArriveBeforeTheResponse) {
+  const Library lib = make_probe_library();
+  Driver d(lib);
+  d.initialize();
+  const std::string token = d.import();
+  auto messages = d.request("5", protocol::kRunKeyword, json::object{{"library_token", token}, {"name", "Chatty"}});
+  ASSERT_EQ(messages.size(), 3u);
+  EXPECT_EQ(messages[0], json::parse(R"({"jsonrpc": "2.0", "method": "robot/log",
+      "params": {"message": "first", "level": "INFO", "html": false, "console": false}})"));
+  EXPECT_EQ(messages[1].at("params"),
+            json::parse(R"({"message": "<b>second</b>", "level": "WARN", "html": true, "console": true})"));
+  EXPECT_EQ(messages[2], json::parse(R"({"jsonrpc": "2.0", "id": "5", "result": {"result": "done"}})"));
+}
+
+TEST(SessionProtocol, WriteRawBypassesFraming) {
+  const Library lib = make_probe_library();
+  Driver d(lib);
+  d.initialize();
+  EXPECT_EQ(d.run(d.import(), "Raw").at("result"), json::value("ok"));
+  EXPECT_EQ(d.output().raw, "junk");
+}
+
+TEST(SessionProtocol, FinalizeShutdownExit) {
+  const Library lib = make_probe_library();
+  Driver d(lib);
+  d.initialize();
+  const std::string token = d.import();
+  EXPECT_EQ(d.answer(1, protocol::kFinalizeLibrary, json::object{{"token", token}}).at("result"), json::object());
+  EXPECT_EQ(error_message(d.run(token, "Echo", {1})), "No library '" + token + "' found.");
+  // Finalizing twice (or a token never issued) is answered {} like the reference server does.
+  EXPECT_EQ(d.answer(2, protocol::kFinalizeLibrary, json::object{{"token", token}}).at("result"), json::object());
+  EXPECT_EQ(d.answer(3, protocol::kShutdown).at("result"), json::object());
+  EXPECT_FALSE(d.done());
+  EXPECT_TRUE(d.notify(protocol::kExit).empty());
+  EXPECT_TRUE(d.done());
+}
+
+TEST(SessionProtocol, UnknownAndMalformedMessages) {
+  const Library lib = make_probe_library();
+  Driver d(lib);
+  auto unknown = d.answer("2", "robot/frobnicate");
+  EXPECT_EQ(unknown.at("error").at("code"), json::value(protocol::kMethodNotFound));
+  EXPECT_TRUE(d.notify("$/cancelRequest").empty());
+
+  auto parse_error = d.send(R"({"jsonrpc":"2.0","method":"robot/initialize","id":1,"params":)");
+  ASSERT_EQ(parse_error.size(), 1u);
+  EXPECT_EQ(parse_error[0].at("error").at("code"), json::value(protocol::kParseError));
+  EXPECT_EQ(parse_error[0].at("id"), json::value(nullptr));
+
+  // A response from the client is not answered; a notification-only method sent with an id is refused.
+  EXPECT_TRUE(d.send(R"({"jsonrpc":"2.0","id":"x","result":{}})").empty());
+  EXPECT_EQ(d.answer(4, protocol::kExit).at("error").at("code"), json::value(protocol::kInvalidRequest));
+  EXPECT_FALSE(d.done());
+  EXPECT_TRUE(d.notify(protocol::kShutdown).empty());  // a request without an id gets no answer
+
+  // The session is still usable, and an integer id comes back as an integer.
+  EXPECT_EQ(d.answer(7, protocol::kInitialize).at("id"), json::value(7));
+}
+
+TEST(SessionProtocol, InitializeHookCanWithholdTheAnswer) {
+  Library lib{"Silent"};
+  int calls = 0;
+  lib.on_initialize([&](const json::value& params) {
+    ++calls;
+    return params.as_object().contains("answer");
+  });
+  Driver d(lib);
+  EXPECT_TRUE(d.request(1, protocol::kInitialize).empty());
+  EXPECT_EQ(d.request(2, protocol::kInitialize, json::object{{"answer", true}}).size(), 1u);
+  EXPECT_EQ(calls, 2);
+}
+
+// Every request the real client and the probes sent gets exactly one answer carrying its id, and
+// nothing a real peer sent makes the session throw.
+TEST(SessionProtocol, RecordedTrafficIsAnsweredOncePerRequest) {
+#ifdef RJG_TRACES_DIR
+  const std::filesystem::path dir = RJG_TRACES_DIR;
+#else
+  const std::filesystem::path dir;
+#endif
+  if (dir.empty() || !std::filesystem::exists(dir)) GTEST_SKIP() << "no recorded traces";
+  const Library lib = make_probe_library();
+  int requests = 0;
+  for (const auto& file : std::filesystem::directory_iterator(dir)) {
+    if (file.path().extension() != ".jsonl") continue;
+    std::map<std::int64_t, std::unique_ptr<Driver>> sessions;
+    std::ifstream in(file.path());
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      const json::object record = json::parse(line).as_object();
+      if (record.at("dir") != "c2s") continue;
+      auto& driver = sessions[record.at("conn").to_number<std::int64_t>()];
+      if (!driver) driver = std::make_unique<Driver>(lib);
+      const std::string body(record.at("body").as_string());
+      json::error_code ec;
+      const json::value parsed = json::parse(body, ec);
+      std::vector<json::value> answers;
+      ASSERT_NO_THROW(answers = driver->send(body)) << body;
+      if (ec || !parsed.as_object().contains("id")) continue;
+      ++requests;
+      ASSERT_EQ(answers.size(), 1u) << body;  // none of the recorded calls logs
+      EXPECT_EQ(answers[0].at("id"), parsed.at("id")) << body;
+    }
+  }
+  EXPECT_GT(requests, 50);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transport
+
+class TempFile {
+ public:
+  TempFile() : file_(std::tmpfile()) {}
+  ~TempFile() { std::fclose(file_); }
+  int fd() const { return ::fileno(file_); }
+  void write(const std::string& bytes) {
+    ASSERT_EQ(::write(fd(), bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    ::lseek(fd(), 0, SEEK_SET);
+  }
+  std::string read_all() const {
+    ::lseek(fd(), 0, SEEK_SET);
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd(), buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+    return out;
+  }
+
+ private:
+  std::FILE* file_;
+};
+
+std::vector<json::value> decode_frames(const std::string& bytes) {
+  rjg::FrameReader reader;
+  reader.feed(bytes);
+  std::vector<json::value> out;
+  for (auto r = reader.next(); r.kind == rjg::FrameReader::Result::Kind::frame; r = reader.next())
+    out.push_back(json::parse(r.body));
+  EXPECT_EQ(reader.buffered(), 0u);
+  return out;
+}
+
+TEST(ServeStream, WholeSessionOverDescriptors) {
+  const Library lib = make_probe_library();
+  std::string input;
+  for (const std::string& body :
+       {rjg::make_request("1", protocol::kInitialize, json::object()),
+        rjg::make_notification(protocol::kInitialized, json::object()),
+        rjg::make_request("2", protocol::kImportLibrary, json::object{{"name", ""}}),
+        rjg::make_request("3", protocol::kRunKeyword, json::object{{"library_token", "nope"}, {"name", "Echo"}}),
+        rjg::make_request("4", protocol::kShutdown, json::object()),
+        rjg::make_notification(protocol::kExit, json::object()),
+        rjg::make_request("5", protocol::kShutdown, json::object())})  // after exit: never read
+    input += rjg::encode_frame(body);
+  TempFile in, out;
+  in.write(input);
+  EXPECT_EQ(rjg::sdk::serve_stream(lib, in.fd(), out.fd(), "test"), 0);
+  const auto frames = decode_frames(out.read_all());
+  ASSERT_EQ(frames.size(), 4u);
+  for (std::size_t i = 0; i < frames.size(); ++i) EXPECT_EQ(frames[i].at("id"), json::value(std::to_string(i + 1)));
+}
+
+TEST(ServeStream, EndOfInputEndsCleanlyAndFramingErrorsDoNot) {
+  const Library lib = make_probe_library();
+  {
+    TempFile in, out;
+    in.write(rjg::encode_frame(rjg::make_request(1, protocol::kInitialize, json::object())));
+    EXPECT_EQ(rjg::sdk::serve_stream(lib, in.fd(), out.fd(), "test"), 0);
+    EXPECT_EQ(decode_frames(out.read_all()).size(), 1u);
+  }
+  {
+    TempFile in, out;
+    in.write("Content-Length: nope\r\n\r\n{}");
+    EXPECT_EQ(rjg::sdk::serve_stream(lib, in.fd(), out.fd(), "test"), 1);
+  }
+}
+
+TEST(ServeOptions, Parsing) {
+  using rjg::sdk::ServeOptions;
+  ServeOptions o;
+  EXPECT_FALSE(rjg::sdk::parse_serve_options({"--tcp", "127.0.0.1:0", "--log-level", "debug"}, o));
+  EXPECT_EQ(o.transport, ServeOptions::Transport::tcp);
+  EXPECT_EQ(o.host, "127.0.0.1");
+  EXPECT_EQ(o.port, 0);
+  EXPECT_EQ(o.log_level, rjg::log::Level::debug);
+
+  EXPECT_FALSE(rjg::sdk::parse_serve_options({"--tcp=[::1]:8270"}, o));
+  EXPECT_EQ(o.host, "::1");
+  EXPECT_EQ(o.port, 8270);
+  EXPECT_FALSE(rjg::sdk::parse_serve_options({"--stdio"}, o));
+  EXPECT_EQ(o.transport, ServeOptions::Transport::stdio);
+
+  EXPECT_TRUE(rjg::sdk::parse_serve_options({"--tcp", "host"}, o));
+  EXPECT_TRUE(rjg::sdk::parse_serve_options({"--tcp", "host:65536"}, o));
+  EXPECT_TRUE(rjg::sdk::parse_serve_options({"--tcp"}, o));
+  EXPECT_TRUE(rjg::sdk::parse_serve_options({"--log-level", "loud"}, o));
+  EXPECT_TRUE(rjg::sdk::parse_serve_options({"--frobnicate"}, o));
+}
+
+}  // namespace

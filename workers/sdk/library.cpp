@@ -1,0 +1,133 @@
+// Library: keyword registration, signature checks, lookup and the LibraryDefinition.
+#include "workers/sdk/sdk.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+namespace rjg::sdk {
+namespace {
+
+// Robot Framework matches keyword names ignoring case, spaces and underscores.
+std::string normalize(std::string_view name) {
+  std::string out;
+  for (char c : name) {
+    if (c == ' ' || c == '_') continue;
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+// Rejects signatures that Robot Framework could not call, at registration time rather than at the
+// first call, so a library author sees the mistake on start-up.
+void check_signature(const std::string& keyword, const std::vector<Arg>& args) {
+  auto bad = [&](const std::string& why) {
+    throw std::invalid_argument(fmt::format("keyword '{}': {}", keyword, why));
+  };
+  std::set<std::string_view> names;
+  int last_kind = -1;
+  bool optional_positional_seen = false;
+  for (const Arg& a : args) {
+    if (a.name.empty()) bad("an argument has no name");
+    if (!names.insert(a.name).second) bad(fmt::format("argument '{}' is declared twice", a.name));
+    const int kind = static_cast<int>(a.kind);
+    if (kind < last_kind) bad(fmt::format("argument '{}' is out of order (positional, *varargs, named-only, **kwargs)", a.name));
+    const bool is_var = a.kind == ArgKind::var_positional || a.kind == ArgKind::var_named;
+    if (is_var && kind == last_kind) bad(fmt::format("more than one {}", to_string(a.kind)));
+    if (is_var && a.default_value) bad(fmt::format("argument '{}' is variadic and cannot have a default", a.name));
+    if (a.kind == ArgKind::positional_or_named) {
+      if (a.default_value) optional_positional_seen = true;
+      else if (optional_positional_seen) bad(fmt::format("required argument '{}' follows an optional one", a.name));
+    }
+    last_kind = kind;
+  }
+}
+
+json::object argument_definition(const Arg& a) {
+  json::object o;
+  o["name"] = a.name;
+  o["type"] = a.type;
+  o["has_default"] = a.default_value.has_value();
+  if (a.default_value) o["default"] = *a.default_value;
+  o["required"] = true;  // reserved by the protocol, always true
+  o["kind"] = to_string(a.kind);
+  if (!a.doc.empty()) o["doc"] = a.doc;
+  return o;
+}
+
+}  // namespace
+
+std::string_view to_string(ArgKind kind) {
+  switch (kind) {
+    case ArgKind::positional_or_named: return "POSITIONAL_OR_NAMED";
+    case ArgKind::var_positional: return "VAR_POSITIONAL";
+    case ArgKind::named_only: return "NAMED_ONLY";
+    case ArgKind::var_named: return "VAR_NAMED";
+  }
+  return "POSITIONAL_OR_NAMED";
+}
+
+Library::Library(std::string name, std::string doc, std::string version)
+    : name_(std::move(name)), doc_(std::move(doc)), version_(std::move(version)) {
+  if (name_.empty()) throw std::invalid_argument("a library needs a name");
+}
+
+Library& Library::keyword(std::string name, std::vector<Arg> args, std::string doc, KeywordBody body,
+                          std::vector<std::string> tags) {
+  if (name.empty()) throw std::invalid_argument("a keyword needs a name");
+  if (!body) throw std::invalid_argument(fmt::format("keyword '{}' has no body", name));
+  const std::string key = normalize(name);
+  for (const Keyword& k : keywords_)
+    if (normalize(k.name) == key) throw std::invalid_argument(fmt::format("keyword '{}' is declared twice", name));
+  check_signature(name, args);
+  keywords_.push_back({std::move(name), std::move(args), std::move(doc), std::move(body), std::move(tags)});
+  return *this;
+}
+
+Library& Library::on_import(std::function<void(ImportContext&)> hook) {
+  import_hook_ = std::move(hook);
+  return *this;
+}
+
+Library& Library::on_initialize(std::function<bool(const json::value&)> hook) {
+  initialize_hook_ = std::move(hook);
+  return *this;
+}
+
+const Keyword* Library::find(std::string_view name) const {
+  for (const Keyword& k : keywords_)
+    if (k.name == name) return &k;
+  const std::string key = normalize(name);
+  for (const Keyword& k : keywords_)
+    if (normalize(k.name) == key) return &k;
+  return nullptr;
+}
+
+json::object Library::definition() const {
+  json::array keywords;
+  for (const Keyword& k : keywords_) {
+    json::array args;
+    for (const Arg& a : k.args) args.push_back(argument_definition(a));
+    json::array tags;
+    for (const std::string& t : k.tags) tags.push_back(json::string(t));
+    json::object kw;
+    kw["name"] = k.name;
+    kw["args"] = std::move(args);
+    kw["doc"] = k.doc;
+    kw["tags"] = std::move(tags);
+    keywords.push_back(std::move(kw));
+  }
+  json::object def;
+  def["name"] = name_;
+  def["keywords"] = std::move(keywords);
+  def["doc"] = doc_;
+  def["doc_format"] = "ROBOT";
+  // One instance per import token; nothing is shared between imports, so GLOBAL is honest.
+  def["scope"] = "GLOBAL";
+  def["version"] = version_;
+  return def;
+}
+
+}  // namespace rjg::sdk

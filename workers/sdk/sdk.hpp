@@ -1,0 +1,337 @@
+// A small SDK for native keyword libraries that speak the Robot Framework JSON-RPC remote protocol
+// (shared/seeds/000), over stdio (spawned by the gateway) or over TCP by themselves.
+//
+//   rjg::sdk::Library lib{"Calculator", "Adds numbers.", "1.0"};
+//   lib.keyword("Add", {{"a", "int"}, {"b", "int", json::value(0)}}, "Adds two integers.",
+//               [](rjg::sdk::Call& c) -> json::value { return c.get<int64_t>("a") + c.get<int64_t>("b"); });
+//   int main(int argc, char** argv) { return rjg::sdk::serve(lib, argc, argv); }
+//
+// The layers, from the inside out: Library (what the keywords are), Session (one protocol session,
+// driven message by message, writing through an Output), serve()/serve_stream() (bytes in and out).
+#pragma once
+
+#include "common/log.hpp"
+#include "common/message.hpp"
+
+#include <boost/json.hpp>
+
+#include <any>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace rjg::sdk {
+
+namespace json = boost::json;
+
+// ---------------------------------------------------------------------------------------------
+// Keyword signatures
+
+// Argument kinds of the protocol's ArgumentDefinition. Declare them in Python's order: positional
+// ones, then at most one VAR_POSITIONAL, then named-only ones, then at most one VAR_NAMED.
+enum class ArgKind { positional_or_named, var_positional, named_only, var_named };
+
+std::string_view to_string(ArgKind kind);  // "POSITIONAL_OR_NAMED", ...
+
+struct Arg {
+  // Implicit on purpose, so signatures read {{"a", "int"}, {"b", "int", json::value(0)}}.
+  Arg(std::string name, std::string type = {}, std::optional<json::value> default_value = std::nullopt,
+      ArgKind kind = ArgKind::positional_or_named, std::string doc = {})
+      : name(std::move(name)), type(std::move(type)), default_value(std::move(default_value)), kind(kind),
+        doc(std::move(doc)) {}
+
+  std::string name;
+  // Type hint as text, sent to Robot Framework. The SDK converts values for "int", "float", "bool"
+  // and "str" (and the aliases "integer", "double", "boolean", "string"); any other type, or "", is
+  // passed through untouched (which is what pickled Python objects need).
+  std::string type;
+  std::optional<json::value> default_value;  // set: the argument is optional
+  ArgKind kind = ArgKind::positional_or_named;
+  std::string doc;
+
+  static Arg var_positional(std::string name, std::string type = {}) {
+    return {std::move(name), std::move(type), std::nullopt, ArgKind::var_positional};
+  }
+  static Arg named_only(std::string name, std::string type = {}, std::optional<json::value> def = std::nullopt) {
+    return {std::move(name), std::move(type), std::move(def), ArgKind::named_only};
+  }
+  static Arg var_named(std::string name, std::string type = {}) {
+    return {std::move(name), std::move(type), std::nullopt, ArgKind::var_named};
+  }
+};
+
+// How Robot Framework should treat a failure (RunKeywordErrorMode).
+enum class ErrorMode { unset, continuable, fatal, skip };
+
+// Throw from a keyword body to fail the keyword. Any other std::exception fails it as well, with the
+// C++ type name as the error type; neither ends the session.
+class KeywordError : public std::runtime_error {
+ public:
+  explicit KeywordError(std::string message, std::string type = "AssertionError", std::string traceback = {},
+                        ErrorMode mode = ErrorMode::unset)
+      : std::runtime_error(std::move(message)), type_(std::move(type)), traceback_(std::move(traceback)), mode_(mode) {}
+
+  const std::string& type() const { return type_; }
+  const std::string& traceback() const { return traceback_; }
+  ErrorMode mode() const { return mode_; }
+
+ private:
+  std::string type_;
+  std::string traceback_;
+  ErrorMode mode_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Where a session's messages go. The transport frames them; tests capture them.
+
+class Output {
+ public:
+  virtual ~Output() = default;
+  // One complete JSON-RPC message (unframed JSON text).
+  virtual void send(std::string_view json_text) = 0;
+  // Bytes written into the protocol stream as they are, without framing. Test-only: it exists so
+  // the test worker can corrupt its own stream on purpose.
+  virtual void write_raw(std::string_view bytes) = 0;
+};
+
+// Arguments of the robot/import_library call that created a library instance.
+struct ImportArgs {
+  json::array args;
+  json::object kw_args;
+};
+
+// What an on_import hook sees. `state` is the instance's own storage (one per import token); put
+// whatever the keywords need into it, and read it back with Call::state<T>().
+struct ImportContext {
+  const std::string& library;
+  const ImportArgs& import;
+  std::any& state;
+};
+
+// One keyword invocation: bound and converted arguments, and a way to talk to the client.
+class Call {
+ public:
+  Call(const std::string& library, const std::string& keyword, json::object bound, const ImportArgs& import,
+       std::any& state, Output& out)
+      : library_(library), keyword_(keyword), bound_(std::move(bound)), import_(import), state_(state), out_(out) {}
+
+  const std::string& library() const { return library_; }
+  const std::string& keyword() const { return keyword_; }
+
+  // The bound value of a declared argument (VAR_POSITIONAL: an array, VAR_NAMED: an object). Typed
+  // arguments are already converted. Asking for an undeclared name is a bug in the library and
+  // throws std::logic_error.
+  const json::value& value(std::string_view name) const;
+  const json::object& arguments() const { return bound_; }
+
+  // Typed access with Robot-like conversion (so get<int64_t> also accepts "42"); a value that does
+  // not convert throws KeywordError("... cannot be converted to ...", "ValueError").
+  // T: bool, any integer type (range-checked), float/double, std::string, json::array, json::object.
+  template <typename T>
+  T get(std::string_view name) const;
+
+  // Sends a robot/log notification at once; the client logs it under the running keyword.
+  // Levels: TRACE, DEBUG, INFO, WARN, ERROR, CONSOLE, HTML.
+  void log(std::string_view message, std::string_view level = "INFO", bool html = false, bool console = false);
+
+  const ImportArgs& import_args() const { return import_; }
+
+  // The instance state set by on_import; throws std::bad_any_cast if it holds another type.
+  template <typename T>
+  T& state() {
+    return std::any_cast<T&>(state_);
+  }
+
+  // Test-only: bytes straight into the protocol stream, bypassing framing (see Output::write_raw).
+  void write_raw(std::string_view bytes) { out_.write_raw(bytes); }
+
+ private:
+  std::int64_t as_int64(std::string_view name) const;
+  double as_double(std::string_view name) const;
+  bool as_bool(std::string_view name) const;
+  std::string as_string(std::string_view name) const;
+  [[noreturn]] void out_of_range(std::string_view name, std::string_view type) const;
+
+  const std::string& library_;
+  const std::string& keyword_;
+  json::object bound_;
+  const ImportArgs& import_;
+  std::any& state_;
+  Output& out_;
+};
+
+template <typename T>
+T Call::get(std::string_view name) const {
+  if constexpr (std::is_same_v<T, bool>) {
+    return as_bool(name);
+  } else if constexpr (std::is_integral_v<T>) {
+    std::int64_t v = as_int64(name);
+    if (!std::in_range<T>(v)) out_of_range(name, "int");
+    return static_cast<T>(v);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(as_double(name));
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return as_string(name);
+  } else if constexpr (std::is_same_v<T, json::array> || std::is_same_v<T, json::object>) {
+    const json::value& v = value(name);
+    if constexpr (std::is_same_v<T, json::array>) {
+      if (v.is_array()) return v.get_array();
+    } else {
+      if (v.is_object()) return v.get_object();
+    }
+    throw KeywordError("Keyword '" + library_ + "." + keyword_ + "': argument '" + std::string(name) +
+                           "' is not " + (std::is_same_v<T, json::array> ? "a list" : "a dictionary"),
+                       "ValueError");
+  } else {
+    static_assert(!sizeof(T), "Call::get supports bool, integers, floating point, std::string, json::array, json::object");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Libraries
+
+using KeywordBody = std::function<json::value(Call&)>;
+
+struct Keyword {
+  std::string name;
+  std::vector<Arg> args;
+  std::string doc;
+  KeywordBody body;
+  std::vector<std::string> tags;
+};
+
+class Library {
+ public:
+  explicit Library(std::string name, std::string doc = {}, std::string version = {});
+
+  // Registers a keyword. Throws std::invalid_argument for a duplicate name or a signature the
+  // protocol cannot express (kinds out of order, a required positional after an optional one).
+  Library& keyword(std::string name, std::vector<Arg> args, std::string doc, KeywordBody body,
+                   std::vector<std::string> tags = {});
+
+  // Called for each robot/import_library with that import's arguments; throwing fails the import
+  // with a JSON-RPC error carrying the exception's message.
+  Library& on_import(std::function<void(ImportContext&)> hook);
+
+  // Called with the params of robot/initialize before it is answered; returning false leaves the
+  // request unanswered. Meant for fault injection (delays, hangs) in tests.
+  Library& on_initialize(std::function<bool(const json::value& params)> hook);
+
+  const std::string& name() const { return name_; }
+  const std::string& doc() const { return doc_; }
+  const std::string& version() const { return version_; }
+  const std::vector<Keyword>& keywords() const { return keywords_; }
+
+  // Exact name first, then Robot's normalization (case, spaces and underscores ignored).
+  const Keyword* find(std::string_view name) const;
+  // The LibraryDefinition sent in the import result.
+  json::object definition() const;
+
+  const std::function<void(ImportContext&)>& import_hook() const { return import_hook_; }
+  const std::function<bool(const json::value&)>& initialize_hook() const { return initialize_hook_; }
+
+ private:
+  std::string name_;
+  std::string doc_;
+  std::string version_;
+  std::vector<Keyword> keywords_;
+  std::function<void(ImportContext&)> import_hook_;
+  std::function<bool(const json::value&)> initialize_hook_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Argument binding and conversion, exposed for tests and for libraries that convert by hand.
+
+// Robot-like conversion of `value` to the type named by `type`. Returns nullopt when the value does
+// not convert; returns the value unchanged for types the SDK does not convert.
+std::optional<json::value> convert(const json::value& value, std::string_view type);
+
+// Binds a run_keyword call's args/kwargs to the keyword's signature: positional, then named, then
+// defaults, then conversion. Throws KeywordError (type "TypeError" or "ValueError") naming the
+// library, keyword and argument.
+json::object bind_arguments(const std::string& library, const Keyword& keyword, const json::array& args,
+                            const json::object& kwargs);
+
+// ---------------------------------------------------------------------------------------------
+// A protocol session: the state machine of one connection, independent of any transport.
+
+class Session {
+ public:
+  Session(const Library& library, Output& out);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Handles one frame body. Answers, and log notifications sent while a keyword runs, go to the
+  // Output before this returns. Never throws for anything a peer can send.
+  void handle(std::string_view body);
+
+  // True once robot/exit was received: the transport should close the connection.
+  bool done() const { return done_; }
+
+ private:
+  struct Instance;
+  using Handler = void (Session::*)(const Message&);
+
+  void dispatch(const Message& message);
+  bool require_initialized(const Message& request, std::string_view what);
+  void reply(const json::value& id, json::value result);
+  void reply_error(const json::value& id, int code, std::string_view message);
+
+  void on_initialize(const Message& m);
+  void on_initialized(const Message& m);
+  void on_import_library(const Message& m);
+  void on_run_keyword(const Message& m);
+  void on_finalize_library(const Message& m);
+  void on_shutdown(const Message& m);
+  void on_exit(const Message& m);
+
+  json::value run_keyword(const std::string& token, const std::string& name, const json::array& args,
+                          const json::object& kwargs);
+  std::string new_token();
+
+  const Library& library_;
+  Output& out_;
+  bool initialize_received_ = false;
+  bool initialized_received_ = false;
+  bool done_ = false;
+  std::uint64_t imports_ = 0;
+  std::map<std::string, std::unique_ptr<Instance>, std::less<>> instances_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Transports
+
+struct ServeOptions {
+  enum class Transport { stdio, tcp };
+  Transport transport = Transport::stdio;
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+  log::Level log_level = log::Level::info;
+};
+
+// Parses --stdio, --tcp HOST:PORT ([::1]:PORT for IPv6) and --log-level LEVEL. Returns an error
+// message for anything else; programs with options of their own parse those first.
+std::optional<std::string> parse_serve_options(const std::vector<std::string>& args, ServeOptions& options);
+std::string serve_usage(std::string_view program);
+
+// Runs the library until the end: stdio returns 0 on robot/exit or end of input; TCP serves
+// connections (each its own session, on its own thread) until a fatal error.
+int serve(const Library& library, const ServeOptions& options);
+// Parses argv (exit code 2 on bad usage, 0 for --help) and serves.
+int serve(const Library& library, int argc, char** argv);
+
+// Serves one session over the given descriptors until robot/exit, end of input or a broken stream.
+// Returns 0 when the session ended normally, 1 on a framing or I/O error. Blocking; used by both
+// transports and by tests.
+int serve_stream(const Library& library, int in_fd, int out_fd, std::string_view peer = "stdio");
+
+}  // namespace rjg::sdk

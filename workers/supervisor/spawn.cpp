@@ -1,0 +1,157 @@
+#include "workers/supervisor/spawn.hpp"
+
+// Boost 1.81 relies on Boost.Filesystem to pull these in; with BOOST_PROCESS_USE_STD_FS they are missing.
+#include <boost/optional.hpp>
+#include <boost/type_traits.hpp>
+
+#include <boost/process/v2/process.hpp>
+#include <boost/process/v2/stdio.hpp>
+
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <vector>
+
+extern char** environ;
+
+namespace rjg::workers {
+namespace bp = boost::process::v2;
+
+namespace {
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+std::string self_directory() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : self.parent_path().string();
+}
+
+// Variables that describe the gateway's own service-manager handshake must not leak into workers:
+// a worker that saw LISTEN_FDS or NOTIFY_SOCKET could act on sockets that are not its own.
+bool inherited(std::string_view entry) {
+  for (std::string_view name : {"LISTEN_FDS=", "LISTEN_PID=", "LISTEN_FDNAMES=", "NOTIFY_SOCKET=", "WATCHDOG_USEC=",
+                                "WATCHDOG_PID="}) {
+    if (entry.substr(0, name.size()) == name) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> build_environment(const config::Library& library) {
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view entry(*e);
+    if (!inherited(entry)) continue;
+    auto eq = entry.find('=');
+    if (eq != std::string_view::npos && library.env.count(std::string(entry.substr(0, eq)))) continue;
+    env.emplace_back(entry);
+  }
+  for (const auto& [key, value] : library.env) env.push_back(key + "=" + value);
+  return env;
+}
+
+// Runs in the child between fork and exec: new process group, default signal state, working directory.
+struct WorkerSetup {
+  std::vector<const char*> envp;
+  const char* cwd = nullptr;
+
+  bp::error_code on_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&, const char* const*) {
+    launcher.env = envp.data();
+    return {};
+  }
+
+  bp::error_code on_exec_setup(bp::posix::default_launcher&, const bp::filesystem::path&, const char* const*) {
+    // Its own group, so the gateway can signal the worker and everything it started at once, and a
+    // Ctrl-C on the gateway's terminal is not delivered to workers behind the gateway's back.
+    if (::setpgid(0, 0) != 0) return {errno, bp::system_category()};
+    // Ignored signals (the gateway ignores SIGPIPE) and the mask survive exec; give the worker defaults.
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (cwd && ::chdir(cwd) != 0) return {errno, bp::system_category()};
+    return {};
+  }
+};
+
+}  // namespace
+
+std::optional<std::string> resolve_executable(const std::string& command0) {
+  if (command0.empty()) return std::nullopt;
+  if (command0.find('/') != std::string::npos) {
+    if (is_executable_file(command0)) return command0;
+    return std::nullopt;
+  }
+  if (const char* path = std::getenv("PATH")) {
+    std::string_view rest(path);
+    while (true) {
+      auto colon = rest.find(':');
+      std::string dir(rest.substr(0, colon));
+      if (dir.empty()) dir = ".";
+      std::string candidate = dir + "/" + command0;
+      if (is_executable_file(candidate)) return candidate;
+      if (colon == std::string_view::npos) break;
+      rest.remove_prefix(colon + 1);
+    }
+  }
+  if (auto dir = self_directory(); !dir.empty()) {
+    std::string candidate = dir + "/" + command0;
+    if (is_executable_file(candidate)) return candidate;
+  }
+  return std::nullopt;
+}
+
+SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config::Library& library) {
+  const std::string& command0 = library.command.at(0);
+  auto executable = resolve_executable(command0);
+  if (!executable) {
+    throw std::system_error(
+        std::make_error_code(std::errc::no_such_file_or_directory),
+        command0.find('/') != std::string::npos
+            ? fmt::format("command '{}' does not exist or is not executable", command0)
+            : fmt::format("command '{}' was not found in PATH or next to the gateway binary", command0));
+  }
+
+  SpawnedProcess child{-1, *executable, boost::asio::writable_pipe(executor), boost::asio::readable_pipe(executor),
+                       boost::asio::readable_pipe(executor)};
+  std::vector<std::string> args(library.command.begin() + 1, library.command.end());
+  std::vector<std::string> env = build_environment(library);
+
+  WorkerSetup setup;
+  for (const auto& e : env) setup.envp.push_back(e.c_str());
+  setup.envp.push_back(nullptr);
+  if (library.cwd) setup.cwd = library.cwd->c_str();
+
+  bp::posix::default_launcher launcher;
+  bp::error_code ec;
+  auto process = launcher(executor, ec, bp::filesystem::path(*executable), args,
+                          bp::process_stdio{child.stdin_pipe, child.stdout_pipe, child.stderr_pipe}, setup);
+  if (ec) {
+    // The launcher's child ended before exec; collect it so it does not linger as a zombie.
+    if (launcher.pid > 0) ::waitpid(launcher.pid, nullptr, 0);
+    std::string what = setup.cwd && ec.value() == ENOENT && is_executable_file(*executable)
+                           ? fmt::format("cannot start '{}' in working directory '{}': {}", *executable, setup.cwd,
+                                         ec.message())
+                           : fmt::format("cannot start '{}': {}", *executable, ec.message());
+    throw std::system_error(std::error_code(ec.value(), std::system_category()), what);
+  }
+  child.pid = process.id();
+  // From here the pid is supervised by the Worker and the ChildReaper, not by the process object.
+  process.detach();
+  return child;
+}
+
+}  // namespace rjg::workers

@@ -1,0 +1,421 @@
+#include "workers/supervisor/worker.hpp"
+
+#include "common/log.hpp"
+#include "common/protocol.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+
+#include <fmt/format.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <vector>
+
+namespace rjg::workers {
+using namespace std::chrono_literals;
+
+namespace {
+constexpr std::size_t kStderrTailLines = 20;
+constexpr std::size_t kStderrLineMax = 4096;
+// A worker's stdin is written by the gateway only; a large argument may sit here while the worker reads.
+constexpr std::size_t kStdinHighWater = 8u << 20;
+
+std::string seconds_text(config::Duration d) {
+  if (d.count() % 1000 == 0) return fmt::format("{}s", d.count() / 1000);
+  return fmt::format("{}ms", d.count());
+}
+
+std::string_view state_name(Worker::State s) {
+  switch (s) {
+    case Worker::State::starting: return "starting";
+    case Worker::State::idle: return "idle";
+    case Worker::State::busy: return "busy";
+    case Worker::State::stopping: return "stopping";
+    case Worker::State::exited: return "exited";
+  }
+  return "?";
+}
+}  // namespace
+
+Worker::Worker(asio::any_io_executor executor, const config::Library& library, SpawnedProcess process,
+               const WorkerOptions& options)
+    : executor_(executor),
+      library_(library),
+      options_(options),
+      pid_(process.pid),
+      executable_(std::move(process.executable)),
+      stdin_(std::move(process.stdin_pipe)),
+      stdout_(std::move(process.stdout_pipe)),
+      stderr_(std::move(process.stderr_pipe)),
+      stdin_queue_(stdin_, kStdinHighWater),
+      reader_(options.framing, FrameReader::Mode::lenient),
+      exited_(executor),
+      stdout_done_(executor),
+      stderr_done_(executor) {}
+
+Worker::~Worker() {
+  // No orphans: a worker object never outlives its process silently.
+  if (!exit_status_) kill_now();
+}
+
+asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor executor, const config::Library& library,
+                                                       ChildReaper& reaper, const WorkerOptions& options) {
+  std::optional<SpawnedProcess> process;
+  try {
+    process.emplace(spawn_worker(executor, library));
+  } catch (const std::system_error& e) {
+    log::error("library {}: cannot start worker: {}", library.name, e.what());
+    throw WorkerError(protocol::kWorkerFailed,
+                      fmt::format("Cannot start the worker of library '{}': {}. Check the 'command' of this library "
+                                  "in the gateway configuration.",
+                                  library.name, e.what()),
+                      json::object{{"library", library.name}});
+  }
+
+  auto worker = std::make_shared<Worker>(executor, library, std::move(*process), options);
+  log::info("worker {}[{}]: started: {}", library.name, worker->pid_, worker->executable_);
+  std::weak_ptr<Worker> weak = worker;
+  reaper.watch(worker->pid_, [weak](ExitStatus status) {
+    if (auto w = weak.lock()) w->on_exit(status);
+  });
+  const std::string where = fmt::format("worker {}[{}]", library.name, worker->pid_);
+  asio::co_spawn(executor, [worker]() { return worker->read_stdout(); }, log_exceptions(where + " stdout"));
+  asio::co_spawn(executor, [worker]() { return worker->read_stderr(); }, log_exceptions(where + " stderr"));
+  asio::co_spawn(
+      executor,
+      [worker]() -> asio::awaitable<void> {
+        co_await worker->stdin_queue_.run();
+        // Closing our end is how the worker sees EOF on stdin.
+        boost::system::error_code ignored;
+        worker->stdin_.close(ignored);
+      },
+      log_exceptions(where + " stdin"));
+
+  json::object params{{"capabilities", json::object{}},
+                      {"client_info", json::object{{"name", "robot-jsonrpc-gateway"},
+                                                   {"version", options.gateway_version}}}};
+  std::optional<WorkerError> failure;
+  try {
+    Message reply = co_await worker->request(protocol::kInitialize, std::move(params), {}, "robot/initialize",
+                                             library.startup_timeout);
+    if (reply.kind == Message::Kind::error_response) {
+      failure.emplace(protocol::kWorkerFailed,
+                      fmt::format("The worker of library '{}' (pid {}) refused robot/initialize: {}", library.name,
+                                  worker->pid_, json::serialize(reply.error())));
+    }
+  } catch (const WorkerError& e) {
+    failure = e;
+  }
+  if (failure) {
+    co_await worker->stop("the handshake failed", false);
+    co_await worker->stderr_done_.wait_for(1s);
+    std::string message = failure->what();
+    if (auto tail = worker->stderr_tail(); !tail.empty()) message += " Last lines of its stderr:\n" + tail;
+    json::object data = worker->error_data();
+    throw WorkerError(failure->code, std::move(message), std::move(data));
+  }
+  worker->stdin_queue_.push(encode_frame(make_notification(protocol::kInitialized, json::object{})));
+  worker->set_state(State::idle, "handshake done");
+  co_return worker;
+}
+
+asio::awaitable<void> Worker::acquire() {
+  if (!busy_) {
+    busy_ = true;
+    co_return;
+  }
+  auto turn = std::make_shared<AsyncEvent>(executor_);
+  waiting_.push_back(turn);
+  co_await turn->wait();  // release() hands the turn over with busy_ still set
+}
+
+void Worker::release() {
+  if (waiting_.empty()) {
+    busy_ = false;
+    return;
+  }
+  auto next = std::move(waiting_.front());
+  waiting_.pop_front();
+  next->set();
+}
+
+asio::awaitable<Message> Worker::call(std::string_view method, json::value params,
+                                      std::weak_ptr<CallObserver> observer, std::string what,
+                                      std::optional<config::Duration> timeout) {
+  if (stopping_ || !alive()) throw WorkerError(protocol::kWorkerFailed, unavailable(what), error_data());
+  co_return co_await request(method, std::move(params), std::move(observer), std::move(what), timeout);
+}
+
+std::string Worker::unavailable(const std::string& what) const {
+  if (!death_.empty())
+    return fmt::format("Cannot run {}: {}. Import the library again to get a new worker.", what, death_);
+  return fmt::format("Cannot run {}: the worker of library '{}' (pid {}) is being stopped.", what, library_.name,
+                     pid_);
+}
+
+asio::awaitable<Message> Worker::request(std::string_view method, json::value params,
+                                         std::weak_ptr<CallObserver> observer, std::string what,
+                                         std::optional<config::Duration> timeout) {
+  auto self = shared_from_this();
+  co_await acquire();
+  struct Turn {
+    Worker* worker;
+    ~Turn() { worker->release(); }
+  } turn{this};
+
+  if (!alive()) throw WorkerError(protocol::kWorkerFailed, unavailable(what), error_data());
+
+  auto flight = std::make_shared<InFlight>(executor_, next_id_++, std::move(observer));
+  in_flight_ = flight;
+  current_call_ = what;
+  if (state_ == State::idle) set_state(State::busy, what);
+  stdin_queue_.push(encode_frame(make_request(flight->id, method, std::move(params))));
+
+  bool answered = true;
+  if (timeout) answered = co_await flight->done.wait_for(*timeout);
+  else co_await flight->done.wait();
+  in_flight_.reset();
+  if (state_ == State::busy) set_state(State::idle, "call done");
+
+  if (!answered) {
+    throw WorkerError(protocol::kWorkerTimeout,
+                      fmt::format("The worker of library '{}' (pid {}) did not answer {} within {}.", library_.name,
+                                  pid_, what, seconds_text(*timeout)),
+                      error_data());
+  }
+  if (!flight->reply) {
+    std::string message = fmt::format("{} while running {}. The library instance is lost; import the library "
+                                      "again to get a new worker.",
+                                      death_, what);
+    if (auto tail = stderr_tail(); !tail.empty()) message += " Last lines of its stderr:\n" + tail;
+    throw WorkerError(protocol::kWorkerFailed, std::move(message), error_data());
+  }
+  co_return std::move(*flight->reply);
+}
+
+asio::awaitable<void> Worker::read_stdout() {
+  std::vector<char> buffer(64 * 1024);
+  std::string broken;
+  while (broken.empty()) {
+    auto [ec, n] = co_await stdout_.async_read_some(asio::buffer(buffer), asio::as_tuple(asio::use_awaitable));
+    if (ec) break;
+    reader_.feed({buffer.data(), n});
+    for (;;) {
+      auto r = reader_.next();
+      if (!r.skipped.empty()) {
+        log::warn("worker {}[{}]: skipped {} bytes on stdout that are not a protocol frame: '{}'", library_.name,
+                  pid_, r.skipped.size(), log::printable(r.skipped));
+      }
+      if (r.kind == FrameReader::Result::Kind::need_more) break;
+      if (r.kind == FrameReader::Result::Kind::error) {
+        broken = r.error;
+        break;
+      }
+      co_await handle_frame(std::move(r.body));
+    }
+  }
+  stdout_closed_ = true;
+  if (!broken.empty()) {
+    log::error("worker {}[{}]: unrecoverable framing error on stdout ({}); killing it", library_.name, pid_, broken);
+    signal_group(SIGKILL);
+  }
+  // The process normally ends with its stdout; make sure, then report why it is gone.
+  if (!co_await exited_.wait_for(2s)) {
+    log::warn("worker {}[{}]: closed stdout but is still running; killing it", library_.name, pid_);
+    signal_group(SIGKILL);
+    co_await exited_.wait_for(10s);
+  }
+  co_await stderr_done_.wait_for(500ms);
+  std::string how = exit_status_ ? exit_status_->describe() : std::string("an unknown status");
+  if (!broken.empty())
+    death_ = fmt::format("The worker of library '{}' (pid {}) broke the protocol ({}) and was killed", library_.name,
+                         pid_, broken);
+  else if (stopping_)
+    death_ = fmt::format("The worker of library '{}' (pid {}) was stopped and ended with {}", library_.name, pid_, how);
+  else
+    death_ = fmt::format("The worker of library '{}' (pid {}) died with {}", library_.name, pid_, how);
+  fail_everything();
+  stdout_done_.set();
+}
+
+void Worker::fail_everything() {
+  // The call in flight gets its error answer now; queued calls each fail fast when their turn comes.
+  if (in_flight_ && !in_flight_->reply) in_flight_->done.set();
+  stdin_queue_.close();
+}
+
+asio::awaitable<void> Worker::handle_frame(std::string body) {
+  auto classified = parse_message(body);
+  if (auto* bad = std::get_if<ProtocolError>(&classified)) {
+    log::warn("worker {}[{}]: skipped an invalid message ({}): '{}'", library_.name, pid_, bad->message,
+              log::printable(body));
+    co_return;
+  }
+  auto& message = std::get<Message>(classified);
+  switch (message.kind) {
+    case Message::Kind::notification: {
+      auto method = message.method();
+      if (method != protocol::kLog && method != protocol::kTrace) {
+        log::debug("worker {}[{}]: ignored notification {}", library_.name, pid_, method);
+        co_return;
+      }
+      std::shared_ptr<CallObserver> observer;
+      if (in_flight_) observer = in_flight_->observer.lock();
+      if (!observer) {
+        log::info("worker {}[{}]: log outside any call: {}", library_.name, pid_,
+                  log::printable(json::serialize(message.params())));
+        co_return;
+      }
+      observer->relay_notification(body);
+      co_await observer->wait_for_room();
+      co_return;
+    }
+    case Message::Kind::request:
+      // Workers have nothing to ask the gateway; answer so the worker does not wait forever.
+      stdin_queue_.push(encode_frame(make_error(message.id(), protocol::kMethodNotFound,
+                                                fmt::format("The gateway does not handle '{}'", message.method()))));
+      co_return;
+    case Message::Kind::response:
+    case Message::Kind::error_response: {
+      const auto& id = message.id();
+      if (in_flight_ && id.is_int64() && id.get_int64() == in_flight_->id && !in_flight_->reply) {
+        in_flight_->reply = std::move(message);
+        in_flight_->done.set();
+      } else {
+        log::warn("worker {}[{}]: dropped a response with unexpected id {} (late answer to a call that timed out?)",
+                  library_.name, pid_, id_to_string(id));
+      }
+      co_return;
+    }
+  }
+}
+
+asio::awaitable<void> Worker::read_stderr() {
+  std::vector<char> buffer(8192);
+  auto emit = [this](std::string_view line) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    log::info("worker {}[{}] stderr: {}", library_.name, pid_, log::printable(line, kStderrLineMax));
+    stderr_tail_.emplace_back(line.substr(0, 500));
+    if (stderr_tail_.size() > kStderrTailLines) stderr_tail_.pop_front();
+  };
+  for (;;) {
+    auto [ec, n] = co_await stderr_.async_read_some(asio::buffer(buffer), asio::as_tuple(asio::use_awaitable));
+    if (ec) break;
+    stderr_partial_.append(buffer.data(), n);
+    std::size_t start = 0, eol;
+    while ((eol = stderr_partial_.find('\n', start)) != std::string::npos) {
+      emit(std::string_view(stderr_partial_).substr(start, eol - start));
+      start = eol + 1;
+    }
+    stderr_partial_.erase(0, start);
+    if (stderr_partial_.size() > kStderrLineMax) {
+      emit(stderr_partial_);
+      stderr_partial_.clear();
+    }
+  }
+  if (!stderr_partial_.empty()) emit(stderr_partial_);
+  stderr_partial_.clear();
+  stderr_done_.set();
+}
+
+std::string Worker::stderr_tail() const {
+  std::string out;
+  for (const auto& line : stderr_tail_) {
+    if (!out.empty()) out += '\n';
+    out += "  " + line;
+  }
+  return out;
+}
+
+json::object Worker::error_data() const {
+  json::object data{{"library", library_.name}, {"pid", pid_}};
+  if (exit_status_) {
+    if (exit_status_->signaled) data["signal"] = exit_status_->signal;
+    else data["exit_code"] = exit_status_->code;
+  }
+  if (!stderr_tail_.empty()) {
+    json::array tail;
+    for (const auto& line : stderr_tail_) tail.emplace_back(line);
+    data["stderr_tail"] = std::move(tail);
+  }
+  return data;
+}
+
+void Worker::on_exit(ExitStatus status) {
+  exit_status_ = status;
+  if (stopping_) log::info("worker {}[{}]: exited with {}", library_.name, pid_, status.describe());
+  else log::warn("worker {}[{}]: exited unexpectedly with {} (state {})", library_.name, pid_, status.describe(),
+                 state_name(state_));
+  state_ = State::exited;
+  exited_.set();
+  // Anything it started in its group goes with it: no orphans hold our pipes open.
+  signal_group(SIGKILL);
+  if (!stdout_closed_) {
+    // Normally EOF follows at once. If something outside the group still holds the pipe, stop waiting.
+    asio::co_spawn(
+        executor_,
+        [self = shared_from_this()]() -> asio::awaitable<void> {
+          if (co_await self->stdout_done_.wait_for(2s)) co_return;
+          log::warn("worker {}[{}]: stdout still open after exit; closing it", self->library_.name, self->pid_);
+          boost::system::error_code ignored;
+          self->stdout_.close(ignored);
+          self->stderr_.close(ignored);
+        },
+        log_exceptions("worker exit watch"));
+  }
+}
+
+asio::awaitable<void> Worker::stop(std::string reason, bool polite) {
+  auto self = shared_from_this();
+  if (stopping_) {
+    co_await exited_.wait();
+    co_return;
+  }
+  stopping_ = true;
+  if (state_ != State::exited) set_state(State::stopping, reason);
+  const auto grace = library_.shutdown_grace;
+
+  if (polite && alive() && !busy_) {
+    try {
+      co_await request(protocol::kShutdown, json::object{}, {}, "robot/shutdown", grace);
+    } catch (const WorkerError& e) {
+      log::info("worker {}[{}]: no answer to robot/shutdown: {}", library_.name, pid_, e.what());
+    }
+    if (alive()) stdin_queue_.push(encode_frame(make_notification(protocol::kExit, json::object{})));
+  }
+  stdin_queue_.close();
+  if (!polite || busy_) signal_group(SIGTERM);
+
+  if (!co_await exited_.wait_for(grace)) {
+    log::warn("worker {}[{}]: still running {} after stop; sending SIGTERM", library_.name, pid_,
+              seconds_text(grace));
+    signal_group(SIGTERM);
+    if (!co_await exited_.wait_for(grace)) {
+      log::warn("worker {}[{}]: ignored SIGTERM for {}; sending SIGKILL", library_.name, pid_, seconds_text(grace));
+      signal_group(SIGKILL);
+      if (!co_await exited_.wait_for(10s)) log::error("worker {}[{}]: survived SIGKILL?", library_.name, pid_);
+    }
+  }
+  co_await stdout_done_.wait_for(3s);
+}
+
+void Worker::kill_now() {
+  if (!exit_status_) signal_group(SIGKILL);
+}
+
+void Worker::signal_group(int sig) {
+  if (pid_ <= 0) return;
+  // The worker leads its own group (setpgid in the child); the group also holds what it started.
+  if (::killpg(pid_, sig) != 0 && !exit_status_) ::kill(pid_, sig);
+}
+
+void Worker::set_state(State s, std::string_view why) {
+  if (s == state_) return;
+  log::debug("worker {}[{}]: {} -> {} ({})", library_.name, pid_, state_name(state_), state_name(s), why);
+  if (state_ == State::exited) return;
+  state_ = s;
+}
+
+}  // namespace rjg::workers

@@ -1,0 +1,136 @@
+// One worker process and the protocol channel to it: spawn, handshake, calls one at a time with log
+// relay to the caller, stray-output tolerance, death detection, and a graceful-then-forceful stop.
+#pragma once
+
+#include "common/async_event.hpp"
+#include "common/framing.hpp"
+#include "common/message.hpp"
+#include "common/write_queue.hpp"
+#include "config/config.hpp"
+#include "workers/supervisor/reaper.hpp"
+#include "workers/supervisor/spawn.hpp"
+
+#include <boost/asio/awaitable.hpp>
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace rjg::workers {
+
+// Receives the notifications a worker sends while one of this observer's calls is in flight
+// (robot/log carries no id: a worker runs one call at a time, so the call in flight owns it).
+class CallObserver {
+ public:
+  virtual ~CallObserver() = default;
+  // The notification's frame body, unchanged.
+  virtual void relay_notification(std::string_view body) = 0;
+  // Awaited after each relayed notification: reading from the worker pauses while the client is slow.
+  virtual asio::awaitable<void> wait_for_room() = 0;
+};
+
+// A failure of the worker rather than of the keyword: becomes a JSON-RPC error answer.
+class WorkerError : public std::runtime_error {
+ public:
+  WorkerError(int code, std::string message, json::object data = {})
+      : std::runtime_error(std::move(message)), code(code), data(std::move(data)) {}
+  int code;
+  json::object data;
+};
+
+struct WorkerOptions {
+  FramingLimits framing;
+  std::string gateway_version;
+};
+
+class Worker : public std::enable_shared_from_this<Worker> {
+ public:
+  enum class State { starting, idle, busy, stopping, exited };
+
+  // Spawns the library's worker and completes the initialize/initialized handshake.
+  // Throws WorkerError naming the library, the pid and the reason (with its stderr tail).
+  static asio::awaitable<std::shared_ptr<Worker>> start(asio::any_io_executor executor,
+                                                        const config::Library& library, ChildReaper& reaper,
+                                                        const WorkerOptions& options);
+
+  ~Worker();
+
+  // Sends a request and waits for its answer, one call at a time (others queue in order).
+  // `what` names the call in error messages ("keyword 'Sleep'"). Returns the worker's response or
+  // error response; throws WorkerError if the worker dies, is stopped, or exceeds the timeout.
+  asio::awaitable<Message> call(std::string_view method, json::value params, std::weak_ptr<CallObserver> observer,
+                                std::string what, std::optional<config::Duration> timeout = std::nullopt);
+
+  // Ends the worker: robot/shutdown and robot/exit when it is idle and `polite`, then closing stdin;
+  // SIGTERM to its process group after the grace period, SIGKILL after another. Completes once the
+  // process has been reaped. Safe to call more than once.
+  asio::awaitable<void> stop(std::string reason, bool polite = true);
+  // Last resort (gateway teardown): SIGKILL to the whole group now.
+  void kill_now();
+
+  pid_t pid() const { return pid_; }
+  const std::string& library() const { return library_.name; }
+  State state() const { return state_; }
+  bool alive() const { return state_ != State::exited && !stdout_closed_; }
+  // Why the worker is gone, for the answers to later calls; empty while it lives.
+  const std::string& death() const { return death_; }
+  std::string stderr_tail() const;
+
+  Worker(asio::any_io_executor executor, const config::Library& library, SpawnedProcess process,
+         const WorkerOptions& options);
+
+ private:
+  struct InFlight {
+    explicit InFlight(asio::any_io_executor ex, std::int64_t id, std::weak_ptr<CallObserver> observer)
+        : id(id), observer(std::move(observer)), done(ex) {}
+    std::int64_t id;
+    std::weak_ptr<CallObserver> observer;
+    std::optional<Message> reply;
+    AsyncEvent done;
+  };
+
+  asio::awaitable<Message> request(std::string_view method, json::value params, std::weak_ptr<CallObserver> observer,
+                                   std::string what, std::optional<config::Duration> timeout);
+  std::string unavailable(const std::string& what) const;
+  asio::awaitable<void> read_stdout();
+  asio::awaitable<void> read_stderr();
+  asio::awaitable<void> handle_frame(std::string body);
+  asio::awaitable<void> acquire();
+  void release();
+  void on_exit(ExitStatus status);
+  void fail_everything();
+  void set_state(State s, std::string_view why);
+  json::object error_data() const;
+  void signal_group(int sig);
+
+  asio::any_io_executor executor_;
+  config::Library library_;
+  WorkerOptions options_;
+  pid_t pid_;
+  std::string executable_;
+  asio::writable_pipe stdin_;
+  asio::readable_pipe stdout_;
+  asio::readable_pipe stderr_;
+  WriteQueue<asio::writable_pipe> stdin_queue_;
+  FrameReader reader_;
+
+  State state_ = State::starting;
+  std::int64_t next_id_ = 1;
+  std::shared_ptr<InFlight> in_flight_;
+  std::string current_call_;  // "keyword 'Sleep'", for messages about a death mid-call
+  bool busy_ = false;
+  std::deque<std::shared_ptr<AsyncEvent>> waiting_;
+  bool stopping_ = false;
+  bool stdout_closed_ = false;
+  std::optional<ExitStatus> exit_status_;
+  std::string death_;
+  AsyncEvent exited_;
+  AsyncEvent stdout_done_;
+  AsyncEvent stderr_done_;
+  std::deque<std::string> stderr_tail_;
+  std::string stderr_partial_;
+};
+
+}  // namespace rjg::workers
