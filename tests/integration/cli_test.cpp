@@ -96,6 +96,14 @@ TEST_F(CliTest, ServerErrorsExitThree) {
   EXPECT_TRUE(contains(r.err, "-32012")) << r.describe();
 }
 
+TEST_F(CliTest, TimeoutOnAHangingKeywordExitsThree) {
+  start();
+  std::vector<std::string> argv{cli_binary(), "--server", gateway().uri(), "--timeout", "1", "run", "TestLibrary", "Hang"};
+  auto r = run_process(argv, gateway().dir(), 60s);
+  EXPECT_TRUE(r.exited_with(3)) << r.describe();
+  EXPECT_TRUE(contains(r.err, "no answer")) << r.describe();
+}
+
 TEST(CliStandaloneTest, UsageAndConnectionErrors) {
   TempDir dir("rjg-cli");
   auto r = run_process({cli_binary()}, dir.path(), 30s);

@@ -16,10 +16,13 @@ bool contains(std::string_view haystack, std::string_view needle) {
 // ------------------------------------------------------------------------------------------------
 // Crash mid-keyword
 
-class CrashTest : public GatewayTest, public ::testing::WithParamInterface<std::string> {};
+class CrashTest : public GatewayTest {
+ protected:
+  void crash_mid_keyword(const std::string& mode);
+};
 
-TEST_P(CrashTest, CrashMidKeywordIsAClearErrorAndTheSessionGoesOn) {
-  const std::string mode = GetParam();
+// The keyword gets -32012 naming library, pid and exit code or signal; the session goes on.
+void CrashTest::crash_mid_keyword(const std::string& mode) {
   start();
   auto [c, token] = session();
   pid_t pid = remember_pid(worker_pid(c, token));
@@ -63,8 +66,46 @@ TEST_P(CrashTest, CrashMidKeywordIsAClearErrorAndTheSessionGoesOn) {
   EXPECT_NE(pid2, pid);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, CrashTest, ::testing::Values("abort", "sigkill", "exit", "segv"),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+TEST_F(CrashTest, AbortMidKeyword) { crash_mid_keyword("abort"); }
+TEST_F(CrashTest, SigkillMidKeyword) { crash_mid_keyword("sigkill"); }
+TEST_F(CrashTest, ExitMidKeyword) { crash_mid_keyword("exit"); }
+TEST_F(CrashTest, SegvMidKeyword) { crash_mid_keyword("segv"); }
+
+TEST_F(CrashTest, QueuedCallsBehindACrashEachGetOneError) {
+  start();
+  auto [c, token] = session();
+  remember_pid(worker_pid(c, token));
+  auto params = [&](std::string_view name, json::array args) {
+    return json::object{{"library_token", token}, {"name", name}, {"args", std::move(args)}, {"kwargs", json::object{}}};
+  };
+  // Pipelined on one token: the gateway queues the Echo calls behind the Crash.
+  auto crash_id = c.send_request(protocol::kRunKeyword, params("Crash", json::array{"exit"}));
+  auto echo1 = c.send_request(protocol::kRunKeyword, params("Echo", json::array{1}));
+  auto echo2 = c.send_request(protocol::kRunKeyword, params("Echo", json::array{2}));
+  auto crashed = c.wait_reply(crash_id);
+  RJG_EXPECT_ERROR_CODE(crashed, protocol::kWorkerFailed);
+  for (const auto& id : {echo1, echo2}) {
+    auto r = c.wait_reply(id);
+    EXPECT_FALSE(r.ok()) << "a call queued behind a crash succeeded: " << describe(r);
+  }
+  // Exactly one answer each: nothing else arrives before the next call's answer.
+  auto fresh = c.import_library("TestLibrary");
+  RJG_ASSERT_OK(fresh);
+  EXPECT_EQ(c.pending_messages(), 0u) << "stray extra answers after the crash";
+}
+
+TEST_F(CrashTest, WorkerKilledWhileIdleFailsTheNextCall) {
+  start();
+  auto [c, token] = session();
+  pid_t pid = remember_pid(worker_pid(c, token));
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  EXPECT_TRUE(wait_pid_gone(pid, 20s)) << "killed worker pid " << pid << " not reaped";
+  auto reply = c.run_keyword(token, "Echo", json::array{1});
+  ASSERT_FALSE(reply.ok()) << "a keyword on a killed worker succeeded: " << describe(reply);
+  EXPECT_FALSE(reply.error_message().empty());
+  auto [c2, t2] = session();
+  RJG_EXPECT_OK(c2.run_keyword(t2, "Echo", json::array{1}));
+}
 
 // ------------------------------------------------------------------------------------------------
 // Start failures
@@ -163,11 +204,13 @@ TEST_F(DisconnectTest, IdleSessionClosedWithoutFinalize) {
   RJG_EXPECT_OK(c2.run_keyword(t2, "Echo", json::array{1}));
 }
 
-class DisconnectMidKeywordTest : public GatewayTest,
-                                 public ::testing::WithParamInterface<std::pair<std::string, json::array>> {};
+// The client disconnects while `keyword` runs: the worker must be stopped, not left to finish.
+class DisconnectMidKeywordTest : public GatewayTest {
+ protected:
+  void disconnect_mid_keyword(const std::string& keyword, const json::array& args);
+};
 
-TEST_P(DisconnectMidKeywordTest, WorkerIsStopped) {
-  const auto& [keyword, args] = GetParam();
+void DisconnectMidKeywordTest::disconnect_mid_keyword(const std::string& keyword, const json::array& args) {
   start();
   auto [c, token] = session();
   pid_t pid = remember_pid(worker_pid(c, token));
@@ -183,10 +226,8 @@ TEST_P(DisconnectMidKeywordTest, WorkerIsStopped) {
   RJG_EXPECT_OK(c2.run_keyword(t2, "Echo", json::array{1}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Keywords, DisconnectMidKeywordTest,
-                         ::testing::Values(std::make_pair(std::string("Sleep"), json::array{30}),
-                                           std::make_pair(std::string("Hang"), json::array{})),
-                         [](const auto& info) { return info.param.first; });
+TEST_F(DisconnectMidKeywordTest, DuringSleep30) { disconnect_mid_keyword("Sleep", json::array{30}); }
+TEST_F(DisconnectMidKeywordTest, DuringHang) { disconnect_mid_keyword("Hang", json::array{}); }
 
 TEST_F(DisconnectTest, SessionClosedAfterShutdownWithoutExit) {
   start();

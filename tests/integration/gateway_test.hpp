@@ -77,4 +77,8 @@ class GatewayTest : public ::testing::Test {
     ASSERT_EQ((reply).error_code(), (code)) << ::rjg::test::describe(reply);            \
   } while (0)
 
+#define RJG_EXPECT_ERROR_CODE(reply, code)                                              \
+  EXPECT_TRUE(!(reply).ok() && (reply).error_code() == (code))                          \
+      << "expected error " << (code) << ", got " << ::rjg::test::describe(reply)
+
 }  // namespace rjg::test

@@ -167,6 +167,7 @@ asio::awaitable<Message> Worker::request(std::string_view method, json::value pa
 
   if (!alive()) throw WorkerError(protocol::kWorkerFailed, unavailable(what), error_data());
 
+  const State state_before = state_;
   auto flight = std::make_shared<InFlight>(executor_, next_id_++, std::move(observer));
   in_flight_ = flight;
   current_call_ = what;
@@ -186,6 +187,9 @@ asio::awaitable<Message> Worker::request(std::string_view method, json::value pa
                       error_data());
   }
   if (!flight->reply) {
+    // Start-up failures get their stderr tail from start(); a death mid-call gets it here.
+    if (state_before == State::starting)
+      throw WorkerError(protocol::kWorkerFailed, fmt::format("{} before answering {}.", death_, what), error_data());
     std::string message = fmt::format("{} while running {}. The library instance is lost; import the library "
                                       "again to get a new worker.",
                                       death_, what);

@@ -73,7 +73,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
   pid_t pid() const { return pid_; }
   const std::string& library() const { return library_.name; }
   State state() const { return state_; }
-  bool alive() const { return state_ != State::exited && !stdout_closed_; }
+  // Until its death has been established (stdout closed and exit status collected): a call made
+  // meanwhile is failed by that same step, with the full reason.
+  bool alive() const { return death_.empty(); }
   // Why the worker is gone, for the answers to later calls; empty while it lives.
   const std::string& death() const { return death_; }
   std::string stderr_tail() const;

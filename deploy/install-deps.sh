@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages the project builds with, only those that are missing.
+# Used by quickstart.sh and test.sh; safe to run again.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build pkg-config
+  libboost1.81-dev libboost-json1.81-dev   # Asio, Process v2 (headers) and JSON
+  libfmt-dev                               # formatting for log lines and messages
+  libtomlplusplus-dev                      # the configuration file
+  libgtest-dev                             # unit and integration tests
+  procps                                   # pgrep/ps for the quick start's checks
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "missing packages: ${missing[*]}; run as root (or install them) first" >&2
+    exit 1
+  fi
+  echo "installing: ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
