@@ -4,6 +4,7 @@
 #include "common/async_event.hpp"
 #include "config/config.hpp"
 #include "gateway/router.hpp"
+#include "workers/supervisor/pool.hpp"
 #include "workers/supervisor/reaper.hpp"
 #include "workers/supervisor/worker.hpp"
 
@@ -16,18 +17,26 @@ inline constexpr std::string_view kServerName = "robot-jsonrpc-gateway";
 struct GatewayContext {
   GatewayContext(asio::any_io_executor executor, const config::Config& config, std::string version)
       : executor(executor), config(config), router(config), reaper(executor), version(std::move(version)),
+        worker_options(make_worker_options(config, this->version)), pools(executor, config, reaper, worker_options),
         idle(executor) {
-    worker_options.framing.max_message_bytes = config.gateway.max_message_bytes;
-    worker_options.gateway_version = this->version;
     idle.set();
+  }
+
+  static workers::WorkerOptions make_worker_options(const config::Config& config, const std::string& version) {
+    workers::WorkerOptions options;
+    options.framing.max_message_bytes = config.gateway.max_message_bytes;
+    options.framing.max_header_bytes = config.gateway.max_header_bytes;
+    options.gateway_version = version;
+    return options;
   }
 
   asio::any_io_executor executor;
   const config::Config& config;
   Router router;
   workers::ChildReaper reaper;
-  workers::WorkerOptions worker_options;
   std::string version;
+  workers::WorkerOptions worker_options;
+  workers::WorkerPools pools;
 
   // Requests being answered right now, across all sessions; `idle` is set while there are none.
   std::size_t requests_in_flight = 0;

@@ -46,6 +46,7 @@ void Server::listen() {
 }
 
 void Server::start() {
+  context_.pools.start();
   for (auto& acceptor : acceptors_) {
     boost::system::error_code ec;
     auto bound = acceptor->local_endpoint(ec);
@@ -98,6 +99,9 @@ asio::awaitable<void> Server::shutdown() {
   for (auto& [number, weak] : sessions_)
     if (auto s = weak.lock()) live.push_back(std::move(s));
   for (auto& s : live) s->close("the gateway is shutting down");
+  // Ends every worker (prewarmed, shared, and those of the sessions just closed): calls still
+  // running fail at once, so no session waits for a keyword that will never end.
+  co_await context_.pools.shutdown();
   for (auto& s : live) co_await s->wait_closed();
   log::info("shutdown complete");
 }

@@ -275,15 +275,16 @@ asio::awaitable<void> Session::import_library(Reply reply, json::object params) 
   }
   log::info("{}: importing library {}", name_, library->name);
 
-  std::shared_ptr<workers::Worker> worker;
+  auto& pool = context_.pools.pool(*library);
+  workers::Lease lease;
   try {
-    worker = co_await workers::Worker::start(socket_.get_executor(), *library, context_.reaper,
-                                             context_.worker_options);
+    lease = co_await pool.acquire();
   } catch (const workers::WorkerError& e) {
     log::warn("{}: import of {} failed: {}", name_, library->name, e.what());
     reply.error(e.code, e.what(), e.data);
     co_return;
   }
+  auto worker = lease.worker;
 
   // The worker's own command line names its library, so it is asked for its default one: the
   // configured name is the gateway's alias and need not match the worker's.
@@ -307,7 +308,7 @@ asio::awaitable<void> Session::import_library(Reply reply, json::object params) 
                 fmt::format("Library '{}' failed to import in its worker (pid {}): {}", library->name, worker->pid(),
                             message),
                 std::move(data));
-    co_await worker->stop("its import failed");
+    co_await pool.release(lease, "its import failed");
     co_return;
   }
   if (!failure) {
@@ -321,20 +322,22 @@ asio::awaitable<void> Session::import_library(Reply reply, json::object params) 
   if (failure) {
     log::warn("{}: import of {} failed: {}", name_, library->name, failure->what());
     reply.error(failure->code, failure->what(), failure->data);
-    co_await worker->stop("its import failed", false);
-    co_return;
-  }
-  if (closing_) {
-    reply.error(protocol::kShuttingDown, "The connection closed during the import.");
-    co_await worker->stop("its session closed during the import");
+    co_await pool.release(lease, "its import failed");
     co_return;
   }
 
   auto& result = response->object["result"].get_object();
   Import import{TokenMap::new_token(library->name), library->name, std::string(result.at("token").get_string()),
-                worker};
+                worker, std::move(lease), library};
+  if (closing_) {
+    reply.error(protocol::kShuttingDown, "The connection closed during the import.");
+    co_await end_import(std::move(import), "its session closed during the import");
+    co_return;
+  }
+
   result["token"] = import.token;
-  log::info("{}: imported library {} in worker pid {}", name_, library->name, worker->pid());
+  log::info("{}: imported library {} in worker pid {}{}", name_, library->name, worker->pid(),
+            import.lease.prewarmed ? " (warm)" : "");
   tokens_.add(std::move(import));
   reply.forward(std::move(response->object));
 }
@@ -381,13 +384,28 @@ asio::awaitable<void> Session::run_keyword(Reply reply, json::object params, Imp
   const auto& worker = import.worker;
   const auto& library = import.library;
   const std::string keyword(string_field(params, "name"));
+  const auto timeout = import.config->keyword_timeout;
+  std::optional<workers::WorkerError> failure;
   try {
     auto response = co_await worker->call(protocol::kRunKeyword, std::move(params), weak_from_this(),
-                                          fmt::format("keyword '{}' of library '{}'", keyword, library));
+                                          fmt::format("keyword '{}' of library '{}'", keyword, library),
+                                          timeout.count() ? std::optional(timeout) : std::nullopt);
     reply.forward(std::move(response.object));
+    if (import.lease.pool) import.lease.pool->keyword_done(worker);
   } catch (const workers::WorkerError& e) {
+    failure = e;
+  }
+  if (failure) {
+    const auto& e = *failure;
     log::warn("{}: keyword '{}' of library {} failed in the gateway: {}", name_, keyword, library, e.what());
     reply.error(e.code, e.what(), e.data);
+    if (e.code == protocol::kWorkerTimeout) {
+      // A keyword that overran cannot be interrupted inside the worker: end the worker, and with it
+      // every import it holds (they then fail with this reason).
+      auto reason = fmt::format("keyword '{}' exceeded keyword_timeout {}ms", keyword, timeout.count());
+      if (import.lease.pool) import.lease.pool->retire(worker, reason);
+      co_await worker->stop(reason, false);
+    }
   }
 }
 
@@ -414,11 +432,7 @@ asio::awaitable<void> Session::finalize_library(Reply reply, Import import) {
   bool answered = false;
   if (worker->alive()) {
     try {
-      // (Built outside the co_await: GCC 12 miscompiles braced lists with literals inside one.)
-      json::object params{{"token", import.worker_token}};
-      auto what = fmt::format("robot/finalize_library of '{}'", import.library);
-      auto response = co_await worker->call(protocol::kFinalizeLibrary, std::move(params), weak_from_this(),
-                                            std::move(what), kFinalizeTimeout);
+      auto response = co_await finalize_in_worker(import);
       reply.forward(std::move(response.object));
       answered = true;
     } catch (const workers::WorkerError& e) {
@@ -427,7 +441,28 @@ asio::awaitable<void> Session::finalize_library(Reply reply, Import import) {
   }
   // A worker that is already gone has nothing left to finalize.
   if (!answered) reply.result(json::object{});
-  co_await worker->stop("its library was finalized");
+  co_await import.lease.pool->release(import.lease, "its library was finalized");
+}
+
+asio::awaitable<Message> Session::finalize_in_worker(const Import& import) {
+  // (Built outside the co_await: GCC 12 miscompiles braced lists with literals inside one.)
+  json::object params{{"token", import.worker_token}};
+  auto what = fmt::format("robot/finalize_library of '{}'", import.library);
+  co_return co_await import.worker->call(protocol::kFinalizeLibrary, std::move(params), weak_from_this(),
+                                         std::move(what), kFinalizeTimeout);
+}
+
+asio::awaitable<void> Session::end_import(Import import, std::string reason) {
+  // A shared worker lives on: finalize this import's instance in it (after any keyword still running
+  // there, whose late answer is dropped). A dedicated worker is simply ended.
+  if (import.config->isolation == config::Isolation::shared && import.worker->alive()) {
+    try {
+      co_await finalize_in_worker(import);
+    } catch (const workers::WorkerError& e) {
+      log::info("{}: finalize of {} after the session ended: {}", name_, import.library, e.what());
+    }
+  }
+  co_await import.lease.pool->release(import.lease, std::move(reason));
 }
 
 void Session::on_shutdown(Message& m) {
@@ -451,11 +486,14 @@ asio::awaitable<void> Session::teardown(std::string why) {
   boost::system::error_code ignored;
   socket_.shutdown(tcp::socket::shutdown_receive, ignored);
 
-  std::vector<std::shared_ptr<workers::Worker>> workers;
-  for (auto& import : tokens_.take_all()) workers.push_back(std::move(import.worker));
-  co_await stop_workers(std::move(workers), "its session closed");
-  // Imports still starting stop their own worker when they see the session closing; calls on stopped
-  // workers fail at once. Each of these tasks is bounded by its own timeouts.
+  // Every import ends in the background, all at once (each may take its grace period): dedicated
+  // workers are stopped, which fails their calls in flight; shared ones finalize the instance.
+  for (auto& import : tokens_.take_all()) {
+    auto what = "end import of " + import.library;
+    spawn_request(end_import(std::move(import), "its session closed"), std::move(what));
+  }
+  // Imports still starting end their own worker when they see the session closing. Each of these
+  // tasks is bounded by its own timeouts, except a keyword still running on a shared worker.
   if (!co_await background_done_.wait_for(120s))
     log::error("{}: {} tasks still running 120s after close", name_, background_);
 
@@ -464,26 +502,6 @@ asio::awaitable<void> Session::teardown(std::string why) {
   socket_.close(ignored);
   log::info("{}: closed", name_);
   closed_.set();
-}
-
-asio::awaitable<void> Session::stop_workers(std::vector<std::shared_ptr<workers::Worker>> workers,
-                                            std::string reason) {
-  // Stopped together, not one after another: each may take its grace period.
-  auto all_done = std::make_shared<AsyncEvent>(socket_.get_executor());
-  auto left = std::make_shared<std::size_t>(workers.size());
-  if (workers.empty()) co_return;
-  for (auto& worker : workers) {
-    asio::co_spawn(
-        socket_.get_executor(),
-        [worker, reason, polite = worker->state() != workers::Worker::State::busy]() {
-          return worker->stop(reason, polite);
-        },
-        [all_done, left, where = name_](std::exception_ptr e) {
-          log_exceptions(where + " worker stop")(e);
-          if (--*left == 0) all_done->set();
-        });
-  }
-  co_await all_done->wait();
 }
 
 }  // namespace rjg::gateway

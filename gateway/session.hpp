@@ -82,7 +82,9 @@ class Session : public workers::CallObserver, public std::enable_shared_from_thi
   asio::awaitable<void> import_library(Reply reply, json::object params);
   asio::awaitable<void> run_keyword(Reply reply, json::object params, Import import);
   asio::awaitable<void> finalize_library(Reply reply, Import import);
-  asio::awaitable<void> stop_workers(std::vector<std::shared_ptr<workers::Worker>> workers, std::string reason);
+  asio::awaitable<Message> finalize_in_worker(const Import& import);
+  // Ends one import: finalized in a shared worker, or its dedicated worker stopped.
+  asio::awaitable<void> end_import(Import import, std::string reason);
   // Fails the request and returns false unless the handshake is complete.
   bool require_initialized(Reply& reply, std::string_view method);
 

@@ -2,16 +2,14 @@
 // imported the library, and mapped here to the worker and the worker's own token.
 #pragma once
 
+#include "workers/supervisor/pool.hpp"
+
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
-
-namespace rjg::workers {
-class Worker;
-}
 
 namespace rjg::gateway {
 
@@ -20,6 +18,8 @@ struct Import {
   std::string library;       // configured library name
   std::string worker_token;  // what the worker issued
   std::shared_ptr<workers::Worker> worker;
+  workers::Lease lease;      // how the worker was obtained; returned to its pool when the import ends
+  const config::Library* config = nullptr;
 };
 
 class TokenMap {

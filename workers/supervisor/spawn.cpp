@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,6 +66,14 @@ std::vector<std::string> build_environment(const config::Library& library) {
 struct WorkerSetup {
   std::vector<const char*> envp;
   const char* cwd = nullptr;
+  config::ResourceLimits limits;
+
+  static int set_limit(int resource, std::uint64_t value) {
+    if (value == 0) return 0;
+    struct rlimit rl {};
+    rl.rlim_cur = rl.rlim_max = static_cast<rlim_t>(value);
+    return ::setrlimit(resource, &rl);
+  }
 
   bp::error_code on_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&, const char* const*) {
     launcher.env = envp.data();
@@ -83,6 +92,11 @@ struct WorkerSetup {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     if (cwd && ::chdir(cwd) != 0) return {errno, bp::system_category()};
+    // Limits apply to the worker and what it starts; a failure here fails the start, not the gateway.
+    if (set_limit(RLIMIT_AS, limits.address_space) || set_limit(RLIMIT_NOFILE, limits.open_files) ||
+        set_limit(RLIMIT_CPU, limits.cpu_seconds) || set_limit(RLIMIT_NPROC, limits.processes) ||
+        set_limit(RLIMIT_CORE, limits.core_size))
+      return {errno, bp::system_category()};
     return {};
   }
 };
@@ -134,6 +148,7 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
   for (const auto& e : env) setup.envp.push_back(e.c_str());
   setup.envp.push_back(nullptr);
   if (library.cwd) setup.cwd = library.cwd->c_str();
+  setup.limits = library.rlimits;
 
   bp::posix::default_launcher launcher;
   bp::error_code ec;

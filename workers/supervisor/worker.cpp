@@ -9,6 +9,9 @@
 #include <fmt/format.h>
 
 #include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <chrono>
 #include <vector>
@@ -237,7 +240,8 @@ asio::awaitable<void> Worker::read_stdout() {
     death_ = fmt::format("The worker of library '{}' (pid {}) broke the protocol ({}) and was killed", library_.name,
                          pid_, broken);
   else if (stopping_)
-    death_ = fmt::format("The worker of library '{}' (pid {}) was stopped and ended with {}", library_.name, pid_, how);
+    death_ = fmt::format("The worker of library '{}' (pid {}) was stopped ({}) and ended with {}", library_.name, pid_,
+                         stop_reason_, how);
   else
     death_ = fmt::format("The worker of library '{}' (pid {}) died with {}", library_.name, pid_, how);
   fail_everything();
@@ -349,6 +353,7 @@ json::object Worker::error_data() const {
 
 void Worker::on_exit(ExitStatus status) {
   exit_status_ = status;
+  died_busy_ = !stopping_ && state_ == State::busy;
   if (stopping_) log::info("worker {}[{}]: exited with {}", library_.name, pid_, status.describe());
   else log::warn("worker {}[{}]: exited unexpectedly with {} (state {})", library_.name, pid_, status.describe(),
                  state_name(state_));
@@ -378,6 +383,7 @@ asio::awaitable<void> Worker::stop(std::string reason, bool polite) {
     co_return;
   }
   stopping_ = true;
+  stop_reason_ = reason;
   if (state_ != State::exited) set_state(State::stopping, reason);
   const auto grace = library_.shutdown_grace;
 
@@ -403,6 +409,16 @@ asio::awaitable<void> Worker::stop(std::string reason, bool polite) {
     }
   }
   co_await stdout_done_.wait_for(3s);
+}
+
+std::uint64_t Worker::resident_bytes() const {
+  // /proc/PID/statm: size resident shared text lib data dt, in pages.
+  std::FILE* f = std::fopen(fmt::format("/proc/{}/statm", pid_).c_str(), "r");
+  if (!f) return 0;
+  unsigned long long size = 0, resident = 0;
+  int n = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
 }
 
 void Worker::kill_now() {

@@ -70,6 +70,15 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // Last resort (gateway teardown): SIGKILL to the whole group now.
   void kill_now();
 
+  // Completes once the worker's death is established (see alive()).
+  asio::awaitable<void> wait_gone() { co_await stdout_done_.wait(); }
+  // True when the gateway ended it (stop()); false when it died by itself or broke the protocol.
+  bool stopped_on_purpose() const { return stopping_; }
+  // True when it died by itself while running a call (a keyword that crashed it).
+  bool died_busy() const { return died_busy_; }
+  // Resident memory of the worker process (not its children); 0 if unknown.
+  std::uint64_t resident_bytes() const;
+
   pid_t pid() const { return pid_; }
   const std::string& library() const { return library_.name; }
   State state() const { return state_; }
@@ -125,6 +134,8 @@ class Worker : public std::enable_shared_from_this<Worker> {
   bool busy_ = false;
   std::deque<std::shared_ptr<AsyncEvent>> waiting_;
   bool stopping_ = false;
+  std::string stop_reason_;
+  bool died_busy_ = false;
   bool stdout_closed_ = false;
   std::optional<ExitStatus> exit_status_;
   std::string death_;

@@ -1,0 +1,372 @@
+#include "workers/supervisor/pool.hpp"
+
+#include "common/log.hpp"
+#include "common/protocol.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+
+namespace rjg::workers {
+using namespace std::chrono_literals;
+using clock = std::chrono::steady_clock;
+
+namespace {
+// Forks at once, gateway-wide: a burst of imports or a gateway start does not fork every worker at once.
+constexpr std::size_t kMaxConcurrentStarts = 4;
+// Between the first prewarm starts of successive libraries.
+constexpr auto kPrewarmStagger = 200ms;
+// Crash backoff: from the second failure in a row, 1s, 2s, 4s ... at most 60s between starts.
+constexpr auto kBackoffBase = 1s;
+constexpr auto kBackoffMax = 60s;
+// A worker that dies by itself after living this long is a single crash, not a crash loop.
+constexpr auto kHealthyUptime = 30s;
+
+// Recycling limits get up to 10% jitter downwards, so workers started together do not restart together.
+template <typename T>
+T jittered(T limit) {
+  if (limit <= T{}) return limit;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::uniform_real_distribution<double> factor(0.9, 1.0);
+  if constexpr (std::is_integral_v<T>) return std::max<T>(1, static_cast<T>(static_cast<double>(limit) * factor(rng)));
+  else return T(std::max<typename T::rep>(1, static_cast<typename T::rep>(static_cast<double>(limit.count()) * factor(rng))));
+}
+
+std::string duration_text(clock::duration d) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  if (ms < 1000) return fmt::format("{}ms", ms);
+  return fmt::format("{:.1f}s", static_cast<double>(ms) / 1000.0);
+}
+}  // namespace
+
+// --- LibraryPool -----------------------------------------------------------------------------
+
+LibraryPool::LibraryPool(WorkerPools& owner, const config::Library& library, std::size_t index)
+    : owner_(owner), library_(library), index_(index), prewarm_wake_(owner.executor_) {}
+
+bool LibraryPool::in_backoff() const { return failures_ >= 2 && clock::now() < retry_at_; }
+
+std::string LibraryPool::backoff_message() const {
+  return fmt::format("Library '{}' is backing off: {} worker starts or crashes failed in a row (last: {}). The next "
+                     "worker start is allowed in {}; imports that need a new worker fail until then. Check the "
+                     "library's command and its log lines in the gateway's log.",
+                     library_.name, failures_, last_failure_, duration_text(retry_at_ - clock::now()));
+}
+
+void LibraryPool::record_failure(const std::string& what) {
+  ++failures_;
+  last_failure_ = what.size() > 300 ? what.substr(0, 300) + "..." : what;
+  if (failures_ >= 2) {
+    auto delay = std::min<clock::duration>(kBackoffBase * (1u << std::min<std::size_t>(failures_ - 2, 16)), kBackoffMax);
+    retry_at_ = clock::now() + delay;
+    log::warn("library {}: {} failures in a row; next worker start in {}", library_.name, failures_,
+              duration_text(delay));
+  }
+}
+
+std::shared_ptr<Worker> LibraryPool::pick_shared(bool idle_only) {
+  std::shared_ptr<Worker> best;
+  std::size_t best_imports = 0;
+  for (auto& w : workers_) {
+    auto& slot = slots_.at(w.get());
+    if (slot.draining || !w->alive() || w->state() == Worker::State::stopping) continue;
+    if (slot.imports >= library_.max_imports_per_worker) continue;
+    if (idle_only && w->state() != Worker::State::idle) continue;
+    if (!best || slot.imports < best_imports) {
+      best = w;
+      best_imports = slot.imports;
+    }
+  }
+  return best;
+}
+
+asio::awaitable<Lease> LibraryPool::acquire() {
+  const auto deadline = clock::now() + library_.queue_timeout;
+  const bool shared = library_.isolation == config::Isolation::shared;
+  for (;;) {
+    if (stopping_)
+      throw WorkerError(protocol::kShuttingDown, "The gateway is shutting down and starts no new workers.");
+    if (shared) {
+      if (auto w = pick_shared(true)) {
+        ++slots_.at(w.get()).imports;
+        co_return Lease{w, this, true};
+      }
+    } else {
+      while (!ready_.empty()) {
+        auto w = std::move(ready_.front());
+        ready_.pop_front();
+        prewarm_wake_.set();
+        if (w->alive() && w->state() == Worker::State::idle) {
+          ++slots_.at(w.get()).imports;
+          log::info("library {}: import served by prewarmed worker pid {}", library_.name, w->pid());
+          co_return Lease{w, this, true};
+        }
+      }
+    }
+    if (owner_.has_capacity(*this)) {
+      if (in_backoff())
+        throw WorkerError(protocol::kWorkerFailed, backoff_message(), json::object{{"library", library_.name}});
+      auto w = co_await start_worker(false);
+      ++slots_.at(w.get()).imports;
+      prewarm_wake_.set();
+      co_return Lease{w, this, false};
+    }
+    if (shared) {
+      // Every worker is busy and no new one may start: queue behind the least loaded one.
+      if (auto w = pick_shared(false)) {
+        ++slots_.at(w.get()).imports;
+        co_return Lease{w, this, true};
+      }
+    }
+    // At capacity. Make room by ending an idle worker another library keeps warm, then wait.
+    owner_.evict_idle_prewarmed(this);
+    if (!co_await owner_.wait_for_capacity(deadline)) {
+      std::string cap = library_.max_workers
+                            ? fmt::format("{} of its max_workers {} run", workers_.size() + starting_,
+                                          library_.max_workers)
+                            : fmt::format("{} of its workers run", workers_.size() + starting_);
+      throw WorkerError(protocol::kAtCapacity,
+                        fmt::format("Library '{}' is at capacity: {}, and the gateway runs {} workers (max_workers "
+                                    "{}). The import waited {} (queue_timeout). Retry later, finalize unused "
+                                    "imports, or raise max_workers.",
+                                    library_.name, cap, owner_.live_, owner_.config_.gateway.max_workers,
+                                    duration_text(library_.queue_timeout)),
+                        json::object{{"library", library_.name}});
+    }
+  }
+}
+
+asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prewarm) {
+  ++starting_;
+  ++owner_.live_;  // reserve the capacity now, so concurrent imports cannot overshoot the caps
+  co_await owner_.begin_start();
+  std::shared_ptr<Worker> worker;
+  std::optional<WorkerError> failure;
+  try {
+    worker = co_await Worker::start(owner_.executor_, library_, owner_.reaper_, owner_.options_);
+  } catch (const WorkerError& e) {
+    failure = e;
+  }
+  owner_.end_start();
+  --starting_;
+  if (failure) {
+    --owner_.live_;
+    record_failure(failure->what());
+    owner_.capacity_changed();
+    if (in_backoff()) {
+      std::string message = failure->what();
+      message += fmt::format(" (Library '{}' now backs off: further starts wait {}.)", library_.name,
+                             duration_text(retry_at_ - clock::now()));
+      throw WorkerError(failure->code, std::move(message), failure->data);
+    }
+    throw *failure;
+  }
+  Slot slot;
+  slot.born = clock::now();
+  slot.max_keywords = jittered(library_.max_keywords);
+  slot.max_age = jittered(library_.max_age);
+  slots_[worker.get()] = slot;
+  workers_.push_back(worker);
+  log::info("library {}: worker pid {} ready ({}; {} live)", library_.name, worker->pid(),
+            for_prewarm ? "prewarm" : "cold start for an import", workers_.size());
+  asio::co_spawn(owner_.executor_, watch(worker), log_exceptions("pool watch " + library_.name));
+  if (stopping_) co_await worker->stop("the gateway is shutting down");
+  co_return worker;
+}
+
+asio::awaitable<void> LibraryPool::watch(std::shared_ptr<Worker> worker) {
+  co_await worker->wait_gone();
+  auto slot = slots_.find(worker.get());
+  auto uptime = slot != slots_.end() ? clock::now() - slot->second.born : clock::duration{};
+  if (slot != slots_.end()) slots_.erase(slot);
+  std::erase(workers_, worker);
+  std::erase(ready_, worker);
+  --owner_.live_;
+  if (worker->stopped_on_purpose()) {
+    failures_ = 0;
+  } else if (!worker->died_busy()) {
+    // Deaths while idle or starting are what crash loops are made of; a keyword that kills its own
+    // worker is the caller's business and does not slow down other imports.
+    if (uptime < kHealthyUptime) record_failure(worker->death());
+    else failures_ = 1, last_failure_ = worker->death();
+  }
+  log::debug("library {}: worker pid {} gone ({} live)", library_.name, worker->pid(), workers_.size());
+  owner_.capacity_changed();
+}
+
+asio::awaitable<void> LibraryPool::prewarm_loop() {
+  if (library_.prewarm == 0) co_return;
+  asio::steady_timer stagger(owner_.executor_, kPrewarmStagger * index_);
+  co_await stagger.async_wait(asio::as_tuple(asio::use_awaitable));
+  const bool shared = library_.isolation == config::Isolation::shared;
+  while (!stopping_) {
+    std::size_t have = (shared ? workers_.size() : ready_.size()) + starting_;
+    if (have < library_.prewarm && owner_.has_capacity(*this) && !in_backoff()) {
+      try {
+        auto worker = co_await start_worker(true);
+        if (!shared && !stopping_) ready_.push_back(worker);
+      } catch (const WorkerError& e) {
+        log::warn("library {}: prewarm start failed: {}", library_.name, e.what());
+      }
+      continue;
+    }
+    prewarm_wake_.reset();
+    co_await prewarm_wake_.wait_until(in_backoff() ? retry_at_ : clock::time_point::max());
+  }
+}
+
+void LibraryPool::start_prewarm() {
+  asio::co_spawn(owner_.executor_, prewarm_loop(), log_exceptions("prewarm " + library_.name));
+}
+
+asio::awaitable<void> LibraryPool::release(Lease& lease, std::string reason) {
+  auto worker = std::move(lease.worker);
+  if (!worker) co_return;
+  auto slot = slots_.find(worker.get());
+  if (slot != slots_.end() && slot->second.imports > 0) --slot->second.imports;
+  if (library_.isolation == config::Isolation::session) {
+    co_await worker->stop(std::move(reason), worker->state() != Worker::State::busy);
+    co_return;
+  }
+  if (slot != slots_.end() && slot->second.draining && slot->second.imports == 0)
+    co_await worker->stop("recycled after its last import ended");
+}
+
+void LibraryPool::drain(const std::shared_ptr<Worker>& worker, Slot& slot, std::string reason) {
+  if (slot.draining) return;
+  slot.draining = true;
+  log::info("worker {}[{}]: draining: {}; it takes no new imports and stops after its last one ({} left)",
+            library_.name, worker->pid(), reason, slot.imports);
+  if (slot.imports == 0) {
+    asio::co_spawn(owner_.executor_, worker->stop("recycled: " + reason), log_exceptions("recycle"));
+  }
+  prewarm_wake_.set();
+}
+
+void LibraryPool::keyword_done(const std::shared_ptr<Worker>& worker) {
+  auto it = slots_.find(worker.get());
+  if (it == slots_.end() || library_.isolation != config::Isolation::shared) return;
+  auto& slot = it->second;
+  ++slot.keywords;
+  if (slot.max_keywords && slot.keywords >= slot.max_keywords)
+    drain(worker, slot, fmt::format("served {} keywords (max_keywords {})", slot.keywords, library_.max_keywords));
+  else if (slot.max_age.count() && clock::now() - slot.born >= slot.max_age)
+    drain(worker, slot, fmt::format("older than max_age {}", duration_text(library_.max_age)));
+  else if (library_.max_rss) {
+    auto rss = worker->resident_bytes();
+    if (rss > library_.max_rss)
+      drain(worker, slot, fmt::format("resident memory {} MiB above max_rss {} MiB", rss >> 20, library_.max_rss >> 20));
+  }
+}
+
+void LibraryPool::retire(const std::shared_ptr<Worker>& worker, std::string reason) {
+  auto it = slots_.find(worker.get());
+  if (it != slots_.end()) it->second.draining = true;
+  log::info("worker {}[{}]: retired: {}", library_.name, worker->pid(), reason);
+}
+
+asio::awaitable<void> LibraryPool::shutdown() {
+  stopping_ = true;
+  prewarm_wake_.set();
+  ready_.clear();
+  auto workers = workers_;
+  for (auto& w : workers)
+    asio::co_spawn(owner_.executor_, w->stop("the gateway is shutting down"), log_exceptions("pool shutdown"));
+  co_return;
+}
+
+// --- WorkerPools -----------------------------------------------------------------------------
+
+WorkerPools::WorkerPools(asio::any_io_executor executor, const config::Config& config, ChildReaper& reaper,
+                         WorkerOptions options)
+    : executor_(executor), config_(config), reaper_(reaper), options_(std::move(options)), all_gone_(executor) {
+  std::size_t index = 0;
+  for (const auto& library : config.libraries) pools_.push_back(std::make_unique<LibraryPool>(*this, library, index++));
+}
+
+LibraryPool& WorkerPools::pool(const config::Library& library) {
+  for (auto& p : pools_)
+    if (&p->library() == &library) return *p;
+  throw std::logic_error("no pool for library " + library.name);
+}
+
+void WorkerPools::start() {
+  for (auto& p : pools_) p->start_prewarm();
+}
+
+bool WorkerPools::has_capacity(const LibraryPool& pool) const {
+  const auto& lib = pool.library();
+  if (lib.max_workers && pool.workers_.size() + pool.starting_ >= lib.max_workers) return false;
+  return config_.gateway.max_workers == 0 || live_ < config_.gateway.max_workers;
+}
+
+asio::awaitable<bool> WorkerPools::wait_for_capacity(AsyncEvent::clock::time_point deadline) {
+  auto turn = std::make_shared<AsyncEvent>(executor_);
+  capacity_waiters_.push_back(turn);
+  bool woken = co_await turn->wait_until(deadline);
+  if (!woken) std::erase(capacity_waiters_, turn);
+  co_return woken;
+}
+
+void WorkerPools::capacity_changed() {
+  // Woken in arrival order; each re-checks, so the first in line gets the first free slot.
+  auto waiters = std::move(capacity_waiters_);
+  capacity_waiters_.clear();
+  for (auto& w : waiters) w->set();
+  for (auto& p : pools_) p->prewarm_wake_.set();
+}
+
+bool WorkerPools::evict_idle_prewarmed(const LibraryPool* except) {
+  for (auto& p : pools_) {
+    if (p.get() == except) continue;
+    if (!p->ready_.empty()) {
+      auto w = std::move(p->ready_.back());
+      p->ready_.pop_back();
+      asio::co_spawn(executor_, w->stop("making room for an import of another library"), log_exceptions("evict"));
+      return true;
+    }
+    for (auto& w : p->workers_) {
+      auto& slot = p->slots_.at(w.get());
+      if (p->library().isolation == config::Isolation::shared && slot.imports == 0 && !slot.draining &&
+          w->state() == Worker::State::idle) {
+        slot.draining = true;
+        asio::co_spawn(executor_, w->stop("making room for an import of another library"), log_exceptions("evict"));
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+asio::awaitable<void> WorkerPools::begin_start() {
+  if (starts_in_progress_ < kMaxConcurrentStarts) {
+    ++starts_in_progress_;
+    co_return;
+  }
+  auto turn = std::make_shared<AsyncEvent>(executor_);
+  start_waiters_.push_back(turn);
+  co_await turn->wait();  // end_start() hands its turn over
+}
+
+void WorkerPools::end_start() {
+  if (start_waiters_.empty()) {
+    --starts_in_progress_;
+    return;
+  }
+  auto next = std::move(start_waiters_.front());
+  start_waiters_.pop_front();
+  next->set();
+}
+
+asio::awaitable<void> WorkerPools::shutdown() {
+  for (auto& p : pools_) co_await p->shutdown();
+  // Every stop is bounded by its grace periods; this bound only guards against a bug.
+  const auto deadline = clock::now() + 5min;
+  while (live_ > 0 && clock::now() < deadline) co_await wait_for_capacity(deadline);
+  if (live_ > 0) log::error("{} workers still not gone after shutdown", live_);
+}
+
+}  // namespace rjg::workers

@@ -1,0 +1,124 @@
+// Worker pools: which worker serves an import, how many may run, who waits, when workers are
+// prewarmed, recycled and backed off. One LibraryPool per configured library; WorkerPools holds them
+// and the gateway-wide cap.
+#pragma once
+
+#include "common/async_event.hpp"
+#include "config/config.hpp"
+#include "workers/supervisor/reaper.hpp"
+#include "workers/supervisor/worker.hpp"
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace rjg::workers {
+
+class WorkerPools;
+class LibraryPool;
+
+// A worker handed to one import. Return it with LibraryPool::release when the import ends.
+struct Lease {
+  std::shared_ptr<Worker> worker;
+  LibraryPool* pool = nullptr;
+  bool prewarmed = false;  // served by a worker started before the import (a warm start)
+};
+
+class LibraryPool {
+ public:
+  LibraryPool(WorkerPools& owner, const config::Library& library, std::size_t index);
+
+  // A worker for a new import: a prewarmed one, a shared one with room, or a new one; waits up to
+  // queue_timeout for capacity. Throws WorkerError (kAtCapacity, start failures, crash backoff).
+  asio::awaitable<Lease> acquire();
+  // The import ended (finalized, failed, or its session went away). A dedicated worker is stopped;
+  // a shared one stays for the next import unless it is draining.
+  asio::awaitable<void> release(Lease& lease, std::string reason);
+  // After each keyword on a shared worker: recycle it (drain) once it reached max_keywords, max_age or
+  // max_rss; it stops when its last import is released.
+  void keyword_done(const std::shared_ptr<Worker>& worker);
+  // A worker that must not take new imports (it exceeded keyword_timeout, say).
+  void retire(const std::shared_ptr<Worker>& worker, std::string reason);
+
+  const config::Library& library() const { return library_; }
+  std::size_t live() const { return workers_.size(); }
+  std::size_t ready() const { return ready_.size(); }
+
+  void start_prewarm();
+  asio::awaitable<void> shutdown();
+
+ private:
+  friend class WorkerPools;
+  struct Slot {
+    std::size_t imports = 0;
+    std::uint64_t keywords = 0;
+    std::chrono::steady_clock::time_point born;
+    std::uint64_t max_keywords = 0;  // with jitter
+    std::chrono::milliseconds max_age{0};
+    bool draining = false;
+  };
+
+  asio::awaitable<std::shared_ptr<Worker>> start_worker(bool for_prewarm);
+  asio::awaitable<void> prewarm_loop();
+  asio::awaitable<void> watch(std::shared_ptr<Worker> worker);
+  std::shared_ptr<Worker> pick_shared(bool idle_only);
+  std::string backoff_message() const;
+  bool in_backoff() const;
+  void record_failure(const std::string& what);
+  void drain(const std::shared_ptr<Worker>& worker, Slot& slot, std::string reason);
+
+  WorkerPools& owner_;
+  const config::Library& library_;
+  std::size_t index_;
+  std::map<Worker*, Slot> slots_;                 // every live worker of this library
+  std::vector<std::shared_ptr<Worker>> workers_;  // same set, owning
+  std::deque<std::shared_ptr<Worker>> ready_;     // session isolation: prewarmed, never used
+  std::size_t starting_ = 0;
+  // Crash backoff: consecutive failed starts or unexpected deaths.
+  std::size_t failures_ = 0;
+  std::string last_failure_;
+  std::chrono::steady_clock::time_point retry_at_{};
+  AsyncEvent prewarm_wake_;
+  bool stopping_ = false;
+};
+
+class WorkerPools {
+ public:
+  WorkerPools(asio::any_io_executor executor, const config::Config& config, ChildReaper& reaper,
+              WorkerOptions options);
+
+  LibraryPool& pool(const config::Library& library);
+  // Begins prewarming, spread out over time so a gateway start does not fork every worker at once.
+  void start();
+  // Stops every worker (politely) and waits until all are gone.
+  asio::awaitable<void> shutdown();
+  std::size_t live() const { return live_; }
+
+ private:
+  friend class LibraryPool;
+  bool has_capacity(const LibraryPool& pool) const;
+  // Waits until capacity may have changed, or the deadline; false at the deadline.
+  asio::awaitable<bool> wait_for_capacity(AsyncEvent::clock::time_point deadline);
+  void capacity_changed();
+  // Frees capacity for a waiting import by stopping an idle prewarmed worker of another library.
+  bool evict_idle_prewarmed(const LibraryPool* except);
+  // At most this many workers start at the same time, gateway-wide.
+  asio::awaitable<void> begin_start();
+  void end_start();
+
+  asio::any_io_executor executor_;
+  const config::Config& config_;
+  ChildReaper& reaper_;
+  WorkerOptions options_;
+  std::vector<std::unique_ptr<LibraryPool>> pools_;
+  std::size_t live_ = 0;
+  std::deque<std::shared_ptr<AsyncEvent>> capacity_waiters_;
+  std::size_t starts_in_progress_ = 0;
+  std::deque<std::shared_ptr<AsyncEvent>> start_waiters_;
+  AsyncEvent all_gone_;
+};
+
+}  // namespace rjg::workers
