@@ -142,10 +142,12 @@ FrameReader::Result FrameReader::next() {
         return fail(fmt::format("header block longer than {} bytes without an empty line", limits_.max_header_bytes));
       }
       // A bare LF inside what should be a header is a framing fault we can report early.
+      // Every LF so far must close a CRLF, on any header line: else the frame would never complete.
       if (mode_ == Mode::strict) {
-        auto lf = view.find('\n');
-        if (lf != std::string_view::npos && (lf == 0 || view[lf - 1] != '\r'))
-          return fail(fmt::format("header line ends with a bare LF: '{}'", printable(view.substr(0, lf + 1))));
+        for (auto lf = view.find('\n'); lf != std::string_view::npos; lf = view.find('\n', lf + 1)) {
+          if (lf == 0 || view[lf - 1] != '\r')
+            return fail(fmt::format("header line ends with a bare LF: '{}'", printable(view.substr(0, lf + 1))));
+        }
       }
       Result r;
       r.skipped = std::move(skipped);

@@ -34,5 +34,7 @@ inline constexpr int kWorkerFailed = -32012;     // worker could not start, died
 inline constexpr int kWorkerTimeout = -32013;    // worker too slow (start-up, keyword)
 inline constexpr int kAtCapacity = -32014;       // limits reached
 inline constexpr int kShuttingDown = -32015;     // the gateway is stopping
+inline constexpr int kSessionTimeout = -32016;   // handshake_timeout, read_timeout or idle_timeout passed
+inline constexpr int kPickleRefused = -32017;    // a pickled value the library's pickle policy does not admit
 
 }  // namespace rjg::protocol

@@ -1,7 +1,9 @@
 // The gateway's configuration model, loaded from TOML and validated strictly at start-up.
 #pragma once
 
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -20,6 +22,31 @@ struct ListenAddress {
   std::string text;  // as written, for log lines
 };
 
+// How imports of a library map to worker processes.
+enum class Isolation {
+  session,  // every import gets a worker of its own, ended after finalize (the default)
+  shared,   // imports share long-lived workers: several tokens on one worker
+};
+
+// What the gateway lets through of {"__pickled__": "<hex>"} values (Python objects) for a library.
+enum class PicklePolicy {
+  allow,      // opaque bytes, passed through unchecked (the reference server's behaviour)
+  data_only,  // only pickles that build plain Robot data (the default)
+  deny,       // no pickled value at all
+};
+
+// Per-worker resource limits (setrlimit in the worker before exec). 0 means not set, except for core_size,
+// which is set when core_size_set (core_size = 0 then turns core dumps off).
+struct ResourceLimits {
+  std::uint64_t address_space = 0;  // RLIMIT_AS, bytes
+  std::uint64_t open_files = 0;     // RLIMIT_NOFILE
+  std::uint64_t cpu_seconds = 0;    // RLIMIT_CPU
+  std::uint64_t processes = 0;      // RLIMIT_NPROC
+  std::uint64_t core_size = 0;      // RLIMIT_CORE, bytes; applied only when core_size_set
+  bool core_size_set = false;       // core_size was configured (core_size = 0 is valid: no core dumps)
+  bool any() const { return address_space || open_files || cpu_seconds || processes || core_size_set; }
+};
+
 struct Library {
   std::string name;
   // command[0] without a slash is looked up in PATH (then next to the gateway) at spawn time; with a
@@ -29,7 +56,39 @@ struct Library {
   std::optional<std::string> cwd;              // absolute (relative ones resolved against the file's directory)
   Duration startup_timeout{std::chrono::seconds(30)};  // spawn until the worker answers initialize
   Duration shutdown_grace{std::chrono::seconds(5)};    // shutdown/exit until SIGTERM, and SIGTERM until SIGKILL
-  int source_line = 0;                                 // where the [[library]] table starts
+
+  // Pools and lifecycle. Every key below may also be set in [defaults].
+  Isolation isolation = Isolation::session;
+  std::size_t prewarm = 0;       // started and initialized idle workers kept ready
+  std::size_t max_workers = 0;   // cap on this library's workers; 0: only [gateway] max_workers applies
+  Duration queue_timeout{std::chrono::seconds(30)};  // how long an import may wait for capacity
+  Duration keyword_timeout{0};                        // 0: none
+  std::uint64_t max_keywords = 0;                     // recycle a shared worker after that many keywords; 0: never
+  Duration max_age{0};                                // recycle a shared worker older than that; 0: never
+  std::uint64_t max_rss = 0;                          // recycle a shared worker above that resident size, bytes; 0: never
+  ResourceLimits rlimits;
+  std::size_t max_imports_per_worker = 16;            // shared: tokens one worker holds at most
+
+  PicklePolicy pickle = PicklePolicy::data_only;
+
+  int source_line = 0;  // where the [[library]] table starts
+};
+
+// One network of [gateway] allow_from, from "10.0.0.0/8", "192.168.1.7" (= /32), "::1/128" or "fd00::/8".
+// Host bits below the prefix are allowed in the text and cleared in bytes. An IPv4-mapped IPv6 network
+// with a prefix of at least 96 ("::ffff:10.0.0.0/104") is stored as the IPv4 network (10.0.0.0/8).
+struct Network {
+  std::string text;  // as written, for log lines
+  bool v6 = false;
+  std::array<unsigned char, 16> bytes{};  // network address in network byte order; IPv4 uses the first 4
+  int prefix = 0;                         // 0-32 (IPv4) or 0-128 (IPv6)
+
+  // Whether the address (textual, as from a socket: "10.1.2.3", "::1", "::ffff:10.1.2.3", "fe80::1%eth0")
+  // is in this network. IPv4-mapped IPv6 addresses count as their IPv4 address, and an IPv4 address
+  // counts as its mapped form for an IPv6 network (so "::/0" contains every address). Invalid text: false.
+  bool contains(std::string_view ip_text) const;
+  // Same, from raw bytes in network byte order: 16 bytes when v6, else 4.
+  bool contains_bytes(bool v6, const unsigned char* bytes) const;
 };
 
 struct Gateway {
@@ -37,6 +96,18 @@ struct Gateway {
   std::string log_level = "info";
   Duration drain_timeout{std::chrono::seconds(30)};  // on SIGTERM: how long keywords in flight may finish
   std::size_t max_message_bytes = 64u * 1024 * 1024;
+
+  std::size_t max_workers = 256;  // cap on all workers together; 0: none
+
+  // Hardening limits.
+  std::size_t max_header_bytes = 8 * 1024;  // the whole header block of a frame
+  std::size_t max_json_depth = 64;          // nesting of arrays and objects in one message
+  Duration handshake_timeout{std::chrono::seconds(10)};  // connect until robot/initialize is received
+  Duration read_timeout{std::chrono::seconds(30)};       // a frame begun must be complete within this
+  Duration idle_timeout{0};                               // no message at all for this long; 0: none
+  std::size_t max_sessions = 1024;                        // connections at once; 0: none
+  std::size_t max_sessions_per_client = 64;               // per source address; 0: none
+  std::vector<Network> allow_from;                        // CIDR networks; empty: every address
 };
 
 struct Config {
@@ -60,9 +131,18 @@ Config load_string(std::string_view text, const std::string& path);
 
 // Parses "500ms", "30s", "5m", "2h" or a number of seconds (integer or float). Returns nullopt if invalid.
 std::optional<Duration> parse_duration(std::string_view text);
+// Parses a byte size: an integer, or a string "512", "64KiB", "512MiB", "2GiB" (also K/M/G and KB/MB/GB
+// meaning powers of 1024). Returns nullopt if invalid.
+std::optional<std::uint64_t> parse_size(std::string_view text);
+std::string_view to_string(Isolation isolation);
+std::string_view to_string(PicklePolicy policy);
 
 // Parses "tcp://HOST:PORT" (HOST: IPv4 literal, localhost, or [IPv6]; PORT 0-65535, 0 picks a free port).
 // Returns nullopt if invalid, and says why in *why when given.
 std::optional<ListenAddress> parse_listen_address(std::string_view text, std::string* why = nullptr);
+
+// Parses "ADDRESS" or "ADDRESS/PREFIX" (IPv4 or IPv6 literal, no brackets). Returns nullopt if invalid, and
+// says why in *why when given.
+std::optional<Network> parse_network(std::string_view text, std::string* why = nullptr);
 
 }  // namespace rjg::config

@@ -1,8 +1,12 @@
 #include "gateway/server.hpp"
 
+#include "common/framing.hpp"
 #include "common/log.hpp"
+#include "common/message.hpp"
+#include "common/protocol.hpp"
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 
@@ -66,20 +70,81 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor, std::string a
       co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
       continue;
     }
+    auto peer = socket.remote_endpoint(ec);
+    if (ec) continue;  // already gone
+    const auto client = peer.address().to_string();
+    if (!allowed(peer.address())) {
+      // Nothing is said to an address that may not connect at all.
+      log::warn("listener {}: refused a connection from {}: not in [gateway] allow_from", address, client);
+      socket.close(ec);
+      continue;
+    }
+    const auto& gw = context_.config.gateway;
+    if (gw.max_sessions && sessions_.size() >= gw.max_sessions) {
+      refuse(std::move(socket), client,
+             fmt::format("The gateway serves at most {} sessions at once (max_sessions) and is full; retry later.",
+                         gw.max_sessions));
+      continue;
+    }
+    if (gw.max_sessions_per_client && per_client_[client] >= gw.max_sessions_per_client) {
+      refuse(std::move(socket), client,
+             fmt::format("This client address ({}) already has {} sessions, the most allowed "
+                         "(max_sessions_per_client); close some, or retry later.",
+                         client, gw.max_sessions_per_client));
+      continue;
+    }
     socket.set_option(tcp::no_delay(true), ec);
     auto number = next_session_++;
     auto session = std::make_shared<Session>(std::move(socket), context_, number);
     sessions_[number] = session;
+    ++per_client_[client];
     session->start();
-    // Forget sessions once they are gone, so the map does not grow with every connection.
+    // Forget sessions once they are gone, so neither map grows with every connection.
     asio::co_spawn(
         io_,
-        [this, number, weak = std::weak_ptr<Session>(session)]() -> asio::awaitable<void> {
+        [this, number, client, weak = std::weak_ptr<Session>(session)]() -> asio::awaitable<void> {
           if (auto s = weak.lock()) co_await s->wait_closed();
           sessions_.erase(number);
+          if (auto it = per_client_.find(client); it != per_client_.end() && --it->second == 0) per_client_.erase(it);
         },
         log_exceptions("session tracker"));
   }
+}
+
+bool Server::allowed(const asio::ip::address& address) const {
+  const auto& networks = context_.config.gateway.allow_from;
+  if (networks.empty()) return true;
+  for (const auto& net : networks) {
+    if (address.is_v4()) {
+      auto bytes = address.to_v4().to_bytes();
+      if (net.contains_bytes(false, bytes.data())) return true;
+    } else {
+      auto bytes = address.to_v6().to_bytes();
+      if (net.contains_bytes(true, bytes.data())) return true;
+    }
+  }
+  return false;
+}
+
+void Server::refuse(tcp::socket socket, std::string client, std::string message) {
+  log::warn("refused a connection from {}: {}", client, message);
+  // Say which limit, then close; a client that does not read gets at most 2s of our attention.
+  asio::co_spawn(
+      io_,
+      [socket = std::make_shared<tcp::socket>(std::move(socket)),
+       frame = encode_frame(make_error(nullptr, protocol::kAtCapacity, message))]() -> asio::awaitable<void> {
+        asio::steady_timer deadline(socket->get_executor(), 2s);
+        deadline.async_wait([socket](const boost::system::error_code& ec) {
+          boost::system::error_code ignored;
+          if (!ec) socket->close(ignored);
+        });
+        co_await asio::async_write(*socket, asio::buffer(frame), asio::as_tuple(asio::use_awaitable));
+        boost::system::error_code ignored;
+        socket->shutdown(tcp::socket::shutdown_both, ignored);
+        socket->close(ignored);
+        deadline.cancel();
+      },
+      log_exceptions("refuse"));
 }
 
 asio::awaitable<void> Server::shutdown() {

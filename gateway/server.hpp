@@ -28,11 +28,15 @@ class Server {
 
  private:
   asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::string address);
+  bool allowed(const asio::ip::address& address) const;
+  // Answers a connection over a limit with a JSON-RPC error naming the limit, then closes it.
+  void refuse(tcp::socket socket, std::string client, std::string message);
 
   asio::io_context& io_;
   GatewayContext context_;
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
   std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions_;
+  std::unordered_map<std::string, std::size_t> per_client_;  // live sessions per source address
   std::uint64_t next_session_ = 1;
   bool stopping_ = false;
 };

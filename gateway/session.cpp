@@ -93,9 +93,13 @@ Session::Session(tcp::socket socket, GatewayContext& context, std::uint64_t numb
     : socket_(std::move(socket)),
       context_(context),
       write_queue_(socket_, kClientHighWater),
-      reader_(FramingLimits{context.config.gateway.max_message_bytes, 8 * 1024}, FrameReader::Mode::strict),
+      reader_(FramingLimits{context.config.gateway.max_message_bytes, context.config.gateway.max_header_bytes},
+              FrameReader::Mode::strict),
       background_done_(socket_.get_executor()),
-      closed_(socket_.get_executor()) {
+      closed_(socket_.get_executor()),
+      connected_at_(AsyncEvent::clock::now()),
+      last_activity_(connected_at_),
+      watchdog_wake_(socket_.get_executor()) {
   boost::system::error_code ec;
   auto peer = socket_.remote_endpoint(ec);
   name_ = ec ? fmt::format("session {}", number)
@@ -112,6 +116,43 @@ void Session::start() {
       socket_.get_executor(), [self]() { return self->write_queue_.run(); }, log_exceptions(name_ + " writer"));
   asio::co_spawn(
       socket_.get_executor(), [self]() { return self->read_loop(); }, log_exceptions(name_ + " reader"));
+  asio::co_spawn(
+      socket_.get_executor(), [self]() { return self->watchdog(); }, log_exceptions(name_ + " watchdog"));
+}
+
+asio::awaitable<void> Session::watchdog() {
+  using clock = AsyncEvent::clock;
+  const auto& gw = context_.config.gateway;
+  auto seconds = [](config::Duration d) { return fmt::format("{:g}s", static_cast<double>(d.count()) / 1000.0); };
+  while (!closing_) {
+    const auto now = clock::now();
+    auto next = clock::time_point::max();
+    std::string expired;
+    auto check = [&](clock::time_point deadline, std::string what) {
+      if (now >= deadline) {
+        if (expired.empty()) expired = std::move(what);
+      } else {
+        next = std::min(next, deadline);
+      }
+    };
+    if (!initialize_received_)
+      check(connected_at_ + gw.handshake_timeout,
+            fmt::format("no robot/initialize within {} of connecting (handshake_timeout)", seconds(gw.handshake_timeout)));
+    if (frame_started_)
+      check(*frame_started_ + gw.read_timeout,
+            fmt::format("a message stayed half-read for {} (read_timeout)", seconds(gw.read_timeout)));
+    if (gw.idle_timeout.count() > 0 && background_ == 0)
+      check(last_activity_ + gw.idle_timeout,
+            fmt::format("no message for {} (idle_timeout)", seconds(gw.idle_timeout)));
+    if (!expired.empty()) {
+      log::warn("{}: closing: {}", name_, expired);
+      send(make_error(nullptr, protocol::kSessionTimeout, "The gateway closes this connection: " + expired + "."));
+      close(expired);
+      co_return;
+    }
+    watchdog_wake_.reset();
+    co_await watchdog_wake_.wait_until(next);
+  }
 }
 
 void Session::send(std::string json_text) { write_queue_.push(encode_frame(json_text)); }
@@ -134,6 +175,7 @@ asio::awaitable<void> Session::read_loop() {
       break;
     }
     reader_.feed({buffer.data(), n});
+    bool got_message = false;
     while (!stop && !closing_) {
       auto r = reader_.next();
       if (r.kind == FrameReader::Result::Kind::need_more) break;
@@ -146,13 +188,22 @@ asio::awaitable<void> Session::read_loop() {
         stop = true;
         break;
       }
-      auto classified = parse_message(r.body);
+      got_message = true;
+      auto classified = parse_message(r.body, JsonLimits{context_.config.gateway.max_json_depth});
       if (auto* bad = std::get_if<ProtocolError>(&classified)) {
         log::info("{}: answered an invalid message with {}: {}", name_, bad->code, bad->message);
         send(make_error(bad->id, bad->code, bad->message));
         continue;
       }
       dispatch(std::move(std::get<Message>(classified)));
+    }
+    // read_timeout runs from the first byte of a frame until the frame is complete.
+    if (got_message) last_activity_ = AsyncEvent::clock::now();
+    if (reader_.buffered() == 0) {
+      frame_started_.reset();
+    } else if (!frame_started_ || got_message) {
+      frame_started_ = AsyncEvent::clock::now();
+      watchdog_wake_.set();
     }
   }
   close(std::move(why));
@@ -212,7 +263,11 @@ void Session::spawn_request(asio::awaitable<void> handler, std::string what) {
   asio::co_spawn(socket_.get_executor(), std::move(handler),
                  [self, where = name_ + " " + what](std::exception_ptr e) {
                    log_exceptions(where)(e);
-                   if (--self->background_ == 0) self->background_done_.set();
+                   if (--self->background_ == 0) {
+                     self->background_done_.set();
+                     self->last_activity_ = AsyncEvent::clock::now();
+                     self->watchdog_wake_.set();  // idle_timeout counts from here
+                   }
                  });
 }
 
@@ -475,6 +530,7 @@ void Session::on_exit(Message&) { close("the client sent robot/exit"); }
 void Session::close(std::string why) {
   if (closing_) return;
   closing_ = true;
+  watchdog_wake_.set();
   auto self = shared_from_this();
   asio::co_spawn(
       socket_.get_executor(), [self, why]() { return self->teardown(why); }, log_exceptions(name_ + " teardown"));

@@ -65,6 +65,8 @@ class Session : public workers::CallObserver, public std::enable_shared_from_thi
   using Handler = void (Session::*)(Message&);
 
   asio::awaitable<void> read_loop();
+  // Closes the connection when handshake_timeout, read_timeout or idle_timeout passes.
+  asio::awaitable<void> watchdog();
   asio::awaitable<void> teardown(std::string why);
   void send(std::string json_text);
   void dispatch(Message message);
@@ -100,6 +102,12 @@ class Session : public workers::CallObserver, public std::enable_shared_from_thi
   std::size_t background_ = 0;  // imports, keywords and worker stops still running for this session
   AsyncEvent background_done_;
   AsyncEvent closed_;
+  // Watchdog state: when the connection opened, when the frame being read began (none: between
+  // frames), when the last message arrived or the last request finished.
+  AsyncEvent::clock::time_point connected_at_;
+  std::optional<AsyncEvent::clock::time_point> frame_started_;
+  AsyncEvent::clock::time_point last_activity_;
+  AsyncEvent watchdog_wake_;
 };
 
 }  // namespace rjg::gateway

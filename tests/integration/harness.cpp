@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,8 @@
 #include <regex>
 #include <sstream>
 #include <stdexcept>
+
+extern char** environ;
 
 #ifndef RJG_GATEWAY_BIN
 #define RJG_GATEWAY_BIN "robot-jsonrpc-gateway"
@@ -142,10 +145,22 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
 }
 
 void ChildProcess::start(const std::vector<std::string>& argv, const fs::path& stdout_path,
-                         const fs::path& stderr_path) {
+                         const fs::path& stderr_path, const std::map<std::string, std::string>& extra_env) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // The environment is built before fork: nothing but async-signal-safe calls run in the child.
+  std::vector<std::string> env_storage;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view entry(*e);
+    auto eq = entry.find('=');
+    if (eq != std::string_view::npos && extra_env.count(std::string(entry.substr(0, eq)))) continue;
+    env_storage.emplace_back(entry);
+  }
+  for (const auto& [name, value] : extra_env) env_storage.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (auto& e : env_storage) envp.push_back(e.data());
+  envp.push_back(nullptr);
   int out = ::open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (out < 0 || err < 0) throw std::runtime_error(fmt::format("open output files: {}", std::strerror(errno)));
@@ -164,7 +179,7 @@ void ChildProcess::start(const std::vector<std::string>& argv, const fs::path& s
     rlimit no_core{0, 0};
     ::setrlimit(RLIMIT_CORE, &no_core);
     ::signal(SIGPIPE, SIG_DFL);
-    ::execv(args[0], args.data());
+    ::execve(args[0], args.data(), envp.data());
     std::string msg = fmt::format("exec {}: {}\n", argv[0], std::strerror(errno));
     (void)!::write(2, msg.data(), msg.size());
     ::_exit(127);
@@ -210,6 +225,68 @@ std::string describe_status(int status) {
   if (WIFEXITED(status)) return fmt::format("exit code {}", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return fmt::format("signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
   return fmt::format("wait status {}", status);
+}
+
+std::optional<ProcInfo> proc_info(pid_t pid) {
+  std::string stat = read_file(fmt::format("/proc/{}/stat", pid));
+  // "PID (COMM) STATE PPID PGRP ...": COMM may hold spaces and parentheses, so split at the last ')'.
+  auto open = stat.find('(');
+  auto close = stat.rfind(')');
+  if (stat.empty() || open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
+  ProcInfo info;
+  info.pid = pid;
+  info.comm = stat.substr(open + 1, close - open - 1);
+  std::istringstream rest(stat.substr(close + 1));
+  long ppid = 0, pgid = 0;
+  if (!(rest >> info.state >> ppid >> pgid)) return std::nullopt;
+  info.ppid = static_cast<pid_t>(ppid);
+  info.pgid = static_cast<pid_t>(pgid);
+  return info;
+}
+
+std::vector<ProcInfo> children_of(pid_t parent) {
+  std::vector<ProcInfo> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto info = proc_info(static_cast<pid_t>(std::stol(name)));
+    if (info && info->ppid == parent) out.push_back(*info);
+  }
+  return out;
+}
+
+std::optional<std::size_t> open_fd_count(pid_t pid) {
+  std::error_code ec;
+  fs::directory_iterator it(fmt::format("/proc/{}/fd", pid), ec);
+  if (ec) return std::nullopt;
+  std::size_t n = 0;
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) return std::nullopt;
+    ++n;
+  }
+  return n;
+}
+
+std::string describe_fds(pid_t pid) {
+  std::string out;
+  std::error_code ec;
+  std::vector<std::pair<int, std::string>> fds;
+  for (const auto& entry : fs::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+    std::error_code lec;
+    auto target = fs::read_symlink(entry.path(), lec);
+    fds.emplace_back(std::atoi(entry.path().filename().c_str()), lec ? "?" : target.string());
+  }
+  std::sort(fds.begin(), fds.end());
+  for (const auto& [fd, target] : fds) out += fmt::format("  {} -> {}\n", fd, target);
+  return out;
+}
+
+std::string proc_cmdline(pid_t pid) {
+  std::string text = read_file(fmt::format("/proc/{}/cmdline", pid));
+  while (!text.empty() && text.back() == '\0') text.pop_back();
+  std::replace(text.begin(), text.end(), '\0', ' ');
+  return text;
 }
 
 bool ProcessResult::exited_with(int code) const {
@@ -275,6 +352,8 @@ std::string make_config(std::uint16_t port, const std::vector<LibrarySpec>& libr
     if (lib.cwd) out += fmt::format("cwd = {}\n", toml_string(*lib.cwd));
     if (lib.startup_timeout) out += fmt::format("startup_timeout = {}\n", toml_string(*lib.startup_timeout));
     if (lib.shutdown_grace) out += fmt::format("shutdown_grace = {}\n", toml_string(*lib.shutdown_grace));
+    out += lib.extra_toml;
+    if (!lib.extra_toml.empty() && !lib.extra_toml.ends_with('\n')) out += "\n";
   }
   return out;
 }
@@ -293,7 +372,7 @@ void GatewayProcess::start() {
   port_ = free_port();
   write_file(config_path(), make_config(port_, libraries_, options_));
   process_.start({gateway_binary(), "--config", config_path().string()}, dir_.path() / "gateway.stdout",
-                 stderr_path());
+                 stderr_path(), options_.env);
   auto deadline = Clock::now() + 10s;
   for (;;) {
     if (!process_.running()) {

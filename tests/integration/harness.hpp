@@ -72,8 +72,10 @@ class ChildProcess {
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
-  // Throws std::runtime_error if fork fails; exec failures show as exit code 127.
-  void start(const std::vector<std::string>& argv, const fs::path& stdout_path, const fs::path& stderr_path);
+  // Throws std::runtime_error if fork fails; exec failures show as exit code 127. extra_env is added to
+  // (or replaces entries of) this process's environment for the child.
+  void start(const std::vector<std::string>& argv, const fs::path& stdout_path, const fs::path& stderr_path,
+             const std::map<std::string, std::string>& extra_env = {});
   pid_t pid() const { return pid_; }
   bool running();  // reaps if it has exited
   // Waits until it exits (raw wait status) or the deadline passes (nullopt).
@@ -102,6 +104,25 @@ ProcessResult run_process(const std::vector<std::string>& argv, const fs::path& 
 
 std::string describe_status(int status);
 
+// What /proc/PID/stat says about a process (Linux).
+struct ProcInfo {
+  pid_t pid = 0;
+  pid_t ppid = 0;
+  pid_t pgid = 0;
+  char state = '?';  // R, S, D, Z (zombie), T, X, ...
+  std::string comm;
+};
+// nullopt when there is no such process (not even a zombie).
+std::optional<ProcInfo> proc_info(pid_t pid);
+// Every process whose parent is `parent`, zombies included.
+std::vector<ProcInfo> children_of(pid_t parent);
+// Number of open file descriptors of a process (entries of /proc/PID/fd); nullopt if unreadable.
+std::optional<std::size_t> open_fd_count(pid_t pid);
+// "fd -> target" lines for a process's descriptors, for failure messages.
+std::string describe_fds(pid_t pid);
+// The process's command line, arguments separated by spaces ("" if gone).
+std::string proc_cmdline(pid_t pid);
+
 // One [[library]] entry of the gateway configuration.
 struct LibrarySpec {
   std::string name;
@@ -110,6 +131,8 @@ struct LibrarySpec {
   std::optional<std::string> cwd;
   std::optional<std::string> startup_timeout;
   std::optional<std::string> shutdown_grace;
+  // TOML lines appended inside this [[library]] table as they are (pool settings, rlimits = {...}).
+  std::string extra_toml;
 };
 
 // A library served by the test worker: command = [robot-test-worker, --name, NAME, extra...], with
@@ -120,6 +143,7 @@ struct GatewayOptions {
   std::string log_level = "debug";
   std::string drain_timeout = "10s";
   std::string extra_gateway_toml;  // appended inside [gateway]
+  std::map<std::string, std::string> env;  // added to (or replacing in) the gateway process's environment
 };
 
 std::string make_config(std::uint16_t port, const std::vector<LibrarySpec>& libraries, const GatewayOptions& options);

@@ -541,6 +541,778 @@ TEST_F(ConfigTest, BundledExampleLoads) {
   EXPECT_EQ(config.find_library("StringTools")->command, std::vector<std::string>{"robot-example-strings"});
 }
 
+// ---- Pools, lifecycle and hardening ----
+
+using rjg::config::Isolation;
+using rjg::config::Network;
+using rjg::config::PicklePolicy;
+
+TEST_F(ConfigTest, PoolAndHardeningDefaultsWhenOmitted) {
+  auto config = load(kMinimal);
+  const auto& g = config.gateway;
+  EXPECT_EQ(g.max_workers, 256u);
+  EXPECT_EQ(g.max_header_bytes, 8192u);
+  EXPECT_EQ(g.max_json_depth, 64u);
+  EXPECT_EQ(g.handshake_timeout, 10s);
+  EXPECT_EQ(g.read_timeout, 30s);
+  EXPECT_EQ(g.idle_timeout, 0ms);
+  EXPECT_EQ(g.max_sessions, 1024u);
+  EXPECT_EQ(g.max_sessions_per_client, 64u);
+  EXPECT_TRUE(g.allow_from.empty());
+
+  const auto& lib = config.libraries.at(0);
+  EXPECT_EQ(lib.isolation, Isolation::session);
+  EXPECT_EQ(lib.prewarm, 0u);
+  EXPECT_EQ(lib.max_workers, 0u);
+  EXPECT_EQ(lib.queue_timeout, 30s);
+  EXPECT_EQ(lib.keyword_timeout, 0ms);
+  EXPECT_EQ(lib.max_keywords, 0u);
+  EXPECT_EQ(lib.max_age, 0ms);
+  EXPECT_EQ(lib.max_rss, 0u);
+  EXPECT_EQ(lib.max_imports_per_worker, 16u);
+  EXPECT_FALSE(lib.rlimits.any());
+  EXPECT_FALSE(lib.rlimits.core_size_set);
+  EXPECT_EQ(lib.pickle, PicklePolicy::data_only);
+}
+
+TEST_F(ConfigTest, EveryNewKeyValid) {
+  auto config = load(R"([gateway]
+max_workers = 40
+max_header_bytes = 16384
+max_json_depth = 128
+handshake_timeout = "5s"
+read_timeout = 20
+idle_timeout = "15m"
+max_sessions = 200
+max_sessions_per_client = 0
+allow_from = ["10.0.0.0/8", "192.168.1.7", "::1/128", "fd00::/8"]
+
+[[library]]
+name = "Browser"
+command = ["python3"]
+isolation = "shared"
+prewarm = 2
+max_workers = 8
+queue_timeout = "2m"
+keyword_timeout = "10m"
+max_keywords = 500
+max_age = "1h"
+max_rss = "1GiB"
+max_imports_per_worker = 4
+rlimits = { address_space = "4GiB", open_files = 4096, cpu_seconds = 3600, processes = 512, core_size = 0 }
+pickle = "deny"
+)");
+  const auto& g = config.gateway;
+  EXPECT_EQ(g.max_workers, 40u);
+  EXPECT_EQ(g.max_header_bytes, 16384u);
+  EXPECT_EQ(g.max_json_depth, 128u);
+  EXPECT_EQ(g.handshake_timeout, 5s);
+  EXPECT_EQ(g.read_timeout, 20s);
+  EXPECT_EQ(g.idle_timeout, 15min);
+  EXPECT_EQ(g.max_sessions, 200u);
+  EXPECT_EQ(g.max_sessions_per_client, 0u);
+  ASSERT_EQ(g.allow_from.size(), 4u);
+  EXPECT_EQ(g.allow_from[0].text, "10.0.0.0/8");
+  EXPECT_FALSE(g.allow_from[0].v6);
+  EXPECT_EQ(g.allow_from[0].prefix, 8);
+  EXPECT_EQ(g.allow_from[1].prefix, 32);
+  EXPECT_TRUE(g.allow_from[2].v6);
+  EXPECT_EQ(g.allow_from[2].prefix, 128);
+  EXPECT_EQ(g.allow_from[3].prefix, 8);
+
+  const auto& lib = config.libraries.at(0);
+  EXPECT_EQ(lib.isolation, Isolation::shared);
+  EXPECT_EQ(lib.prewarm, 2u);
+  EXPECT_EQ(lib.max_workers, 8u);
+  EXPECT_EQ(lib.queue_timeout, 2min);
+  EXPECT_EQ(lib.keyword_timeout, 10min);
+  EXPECT_EQ(lib.max_keywords, 500u);
+  EXPECT_EQ(lib.max_age, 1h);
+  EXPECT_EQ(lib.max_rss, 1024u * 1024 * 1024);
+  EXPECT_EQ(lib.max_imports_per_worker, 4u);
+  EXPECT_EQ(lib.rlimits.address_space, 4ull << 30);
+  EXPECT_EQ(lib.rlimits.open_files, 4096u);
+  EXPECT_EQ(lib.rlimits.cpu_seconds, 3600u);
+  EXPECT_EQ(lib.rlimits.processes, 512u);
+  EXPECT_EQ(lib.rlimits.core_size, 0u);
+  EXPECT_TRUE(lib.rlimits.core_size_set);  // core_size = 0 is a setting: no core dumps
+  EXPECT_TRUE(lib.rlimits.any());
+  EXPECT_EQ(lib.pickle, PicklePolicy::deny);
+}
+
+TEST_F(ConfigTest, NewKeysInheritFromDefaultsUnlessOverridden) {
+  auto config = load(R"([defaults]
+isolation = "shared"
+prewarm = 1
+max_workers = 4
+queue_timeout = "10s"
+keyword_timeout = "5m"
+max_keywords = 100
+max_age = "30m"
+max_rss = "512MiB"
+max_imports_per_worker = 8
+rlimits = { address_space = "2GiB", open_files = 1024 }
+pickle = "allow"
+
+[[library]]
+name = "Inherits"
+command = ["a"]
+
+[[library]]
+name = "Overrides"
+command = ["b"]
+isolation = "session"
+prewarm = 0
+max_workers = 0
+queue_timeout = 0
+keyword_timeout = 0
+max_keywords = 0
+max_age = 0
+max_rss = 0
+max_imports_per_worker = 1
+rlimits = { cpu_seconds = 60 }
+pickle = "data-only"
+
+[[library]]
+name = "NoLimits"
+command = ["c"]
+rlimits = {}
+)");
+  ASSERT_EQ(config.libraries.size(), 3u);
+  const auto& a = config.libraries[0];
+  EXPECT_EQ(a.isolation, Isolation::shared);
+  EXPECT_EQ(a.prewarm, 1u);
+  EXPECT_EQ(a.max_workers, 4u);
+  EXPECT_EQ(a.queue_timeout, 10s);
+  EXPECT_EQ(a.keyword_timeout, 5min);
+  EXPECT_EQ(a.max_keywords, 100u);
+  EXPECT_EQ(a.max_age, 30min);
+  EXPECT_EQ(a.max_rss, 512u * 1024 * 1024);
+  EXPECT_EQ(a.max_imports_per_worker, 8u);
+  EXPECT_EQ(a.rlimits.address_space, 2ull << 30);
+  EXPECT_EQ(a.rlimits.open_files, 1024u);
+  EXPECT_EQ(a.pickle, PicklePolicy::allow);
+  EXPECT_EQ(a.startup_timeout, 30s);  // the built-in defaults still apply to keys [defaults] leaves out
+  EXPECT_EQ(a.source_line, 14);
+
+  const auto& b = config.libraries[1];
+  EXPECT_EQ(b.isolation, Isolation::session);
+  EXPECT_EQ(b.prewarm, 0u);
+  EXPECT_EQ(b.max_workers, 0u);
+  EXPECT_EQ(b.queue_timeout, 0ms);
+  EXPECT_EQ(b.keyword_timeout, 0ms);
+  EXPECT_EQ(b.max_keywords, 0u);
+  EXPECT_EQ(b.max_age, 0ms);
+  EXPECT_EQ(b.max_rss, 0u);
+  EXPECT_EQ(b.max_imports_per_worker, 1u);
+  // A library's rlimits table replaces the one of [defaults] as a whole.
+  EXPECT_EQ(b.rlimits.cpu_seconds, 60u);
+  EXPECT_EQ(b.rlimits.address_space, 0u);
+  EXPECT_EQ(b.rlimits.open_files, 0u);
+  EXPECT_EQ(b.pickle, PicklePolicy::data_only);
+
+  EXPECT_FALSE(config.libraries[2].rlimits.any());
+  EXPECT_EQ(config.libraries[2].isolation, Isolation::shared);
+}
+
+TEST_F(ConfigTest, EnumValues) {
+  for (auto [text, value] : {std::pair{"session", Isolation::session}, std::pair{"shared", Isolation::shared}}) {
+    auto config = load(std::string(kMinimal) + "isolation = \"" + text + "\"\n");
+    EXPECT_EQ(config.libraries[0].isolation, value) << text;
+    EXPECT_EQ(rjg::config::to_string(value), text);
+  }
+  for (auto [text, value] : {std::pair{"allow", PicklePolicy::allow}, std::pair{"data-only", PicklePolicy::data_only},
+                             std::pair{"deny", PicklePolicy::deny}}) {
+    auto config = load(std::string(kMinimal) + "pickle = \"" + text + "\"\n");
+    EXPECT_EQ(config.libraries[0].pickle, value) << text;
+    EXPECT_EQ(rjg::config::to_string(value), text);
+  }
+
+  auto found = problems(R"([defaults]
+isolation = "Shared"
+pickle = "data_only"
+[[library]]
+name = "A"
+command = ["a"]
+isolation = "process"
+pickle = "never"
+)");
+  ASSERT_EQ(found.size(), 4u) << ::testing::PrintToString(found);
+  expect_problem(found[0], 2, {"'defaults.isolation' = \"Shared\"", "not an isolation mode", "did you mean \"shared\"",
+                               "session, shared"});
+  expect_problem(found[1], 3, {"'defaults.pickle' = \"data_only\"", "did you mean \"data-only\"",
+                               "allow, data-only, deny"});
+  expect_problem(found[2], 7, {"'library[0].isolation' = \"process\"", "session, shared"});
+  expect_problem(found[3], 8, {"'library[0].pickle' = \"never\"", "not a pickle policy", "allow, data-only, deny"});
+  EXPECT_EQ(found[3].find("did you mean"), std::string::npos) << found[3];
+  expect_one_problem(std::string(kMinimal) + "pickle = \"DATA-ONLY\"\n", 5, {"did you mean \"data-only\""});
+}
+
+TEST_F(ConfigTest, BadLibraryPoolValues) {
+  auto found = problems(R"([[library]]
+name = "A"
+command = ["a"]
+prewarm = 65
+max_workers = -1
+queue_timeout = "soon"
+keyword_timeout = "-5s"
+max_keywords = -1
+max_age = "1d"
+max_rss = "1.5G"
+max_imports_per_worker = 0
+[[library]]
+name = "B"
+command = ["b"]
+prewarm = -1
+max_rss = "512"
+keyword_timeout = "5ms"
+)");
+  ASSERT_EQ(found.size(), 11u) << ::testing::PrintToString(found);
+  expect_problem(found[0], 4, {"'library[0].prewarm' = 65", "out of range", "from 0 to 64"});
+  expect_problem(found[1], 5, {"'library[0].max_workers' = -1", "at least 0"});
+  expect_problem(found[2], 6, {"library[0].queue_timeout", "\"soon\"", "not a valid duration"});
+  expect_problem(found[3], 7, {"library[0].keyword_timeout", "\"-5s\""});
+  expect_problem(found[4], 8, {"'library[0].max_keywords' = -1", "at least 0"});
+  expect_problem(found[5], 9, {"library[0].max_age", "\"1d\""});
+  expect_problem(found[6], 10, {"'library[0].max_rss' = \"1.5G\"", "not a valid size", "\"512MiB\""});
+  expect_problem(found[7], 11, {"'library[0].max_imports_per_worker' = 0", "at least 1"});
+  expect_problem(found[8], 15, {"'library[1].prewarm' = -1", "from 0 to 64"});
+  expect_problem(found[9], 16, {"'library[1].max_rss' = \"512\"", "512 bytes", "less than 1MiB", "0 or at least 1MiB"});
+  expect_problem(found[10], 17, {"'library[1].keyword_timeout' = 5ms", "at least 10ms", "0 (none)"});
+}
+
+TEST_F(ConfigTest, KeywordTimeoutBoundaries) {
+  EXPECT_EQ(load(std::string(kMinimal) + "keyword_timeout = 0\n").libraries[0].keyword_timeout, 0ms);
+  EXPECT_EQ(load(std::string(kMinimal) + "keyword_timeout = \"10ms\"\n").libraries[0].keyword_timeout, 10ms);
+  EXPECT_EQ(load(std::string(kMinimal) + "keyword_timeout = 0.01\n").libraries[0].keyword_timeout, 10ms);
+  expect_one_problem(std::string(kMinimal) + "keyword_timeout = \"9ms\"\n", 5, {"library[0].keyword_timeout", "9ms"});
+  expect_one_problem(std::string(kMinimal) + "keyword_timeout = 0.005\n", 5, {"library[0].keyword_timeout", "5ms"});
+  expect_one_problem("[defaults]\nkeyword_timeout = \"1ms\"\n" + std::string(kMinimal), 2,
+                     {"defaults.keyword_timeout", "1ms", "at least 10ms"});
+}
+
+TEST_F(ConfigTest, WrongTypesForNewKeys) {
+  auto found = problems(R"([gateway]
+max_workers = 1.5
+max_header_bytes = "8KiB"
+handshake_timeout = false
+allow_from = "10.0.0.0/8"
+
+[defaults]
+rlimits = 5
+
+[[library]]
+name = "A"
+command = ["a"]
+isolation = 1
+prewarm = "2"
+max_rss = true
+pickle = ["deny"]
+
+[[library]]
+name = "B"
+command = ["b"]
+rlimits = { open_files = "many", address_space = 1.5 }
+)");
+  ASSERT_EQ(found.size(), 11u) << ::testing::PrintToString(found);
+  expect_problem(found[0], 2, {"gateway.max_workers", "is a float", "an integer of at least 0"});
+  expect_problem(found[1], 3, {"gateway.max_header_bytes", "is a string", "an integer from 256 to 1048576"});
+  expect_problem(found[2], 4, {"gateway.handshake_timeout", "boolean", "a duration"});
+  expect_problem(found[3], 5, {"gateway.allow_from", "is a string", "an array of strings"});
+  expect_problem(found[4], 8, {"defaults.rlimits", "is an integer", "a table"});
+  expect_problem(found[5], 13, {"library[0].isolation", "is an integer", "a string, one of: session, shared"});
+  expect_problem(found[6], 14, {"library[0].prewarm", "is a string", "an integer from 0 to 64"});
+  expect_problem(found[7], 15, {"library[0].max_rss", "is a boolean", "a size"});
+  expect_problem(found[8], 16, {"library[0].pickle", "is an array", "allow, data-only, deny"});
+  expect_problem(found[9], 21, {"library[1].rlimits.open_files", "is a string", "an integer of at least 16"});
+  expect_problem(found[10], 21, {"library[1].rlimits.address_space", "is a float", "a size"});
+}
+
+TEST_F(ConfigTest, Rlimits) {
+  auto config = load(std::string(kMinimal) +
+                     "rlimits = { address_space = 17179869184, open_files = 16, cpu_seconds = 1, processes = 1, "
+                     "core_size = \"64MiB\" }\n");
+  const auto& r = config.libraries[0].rlimits;
+  EXPECT_EQ(r.address_space, 16ull << 30);
+  EXPECT_EQ(r.open_files, 16u);
+  EXPECT_EQ(r.cpu_seconds, 1u);
+  EXPECT_EQ(r.processes, 1u);
+  EXPECT_EQ(r.core_size, 64u << 20);
+  EXPECT_TRUE(r.core_size_set);
+
+  auto only = load(std::string(kMinimal) + "rlimits = { open_files = 64 }\n").libraries[0].rlimits;
+  EXPECT_TRUE(only.any());
+  EXPECT_FALSE(only.core_size_set);
+  EXPECT_EQ(only.address_space, 0u);
+
+  auto found = problems(R"([[library]]
+name = "A"
+command = ["a"]
+
+[library.rlimits]
+address_space = "1MiB"
+open_files = 15
+cpu_seconds = 0
+processes = 0
+core_size = "-1"
+stack_size = "8MiB"
+open_file = 10
+)");
+  ASSERT_EQ(found.size(), 7u) << ::testing::PrintToString(found);
+  expect_problem(found[0], 6, {"'library[0].rlimits.address_space' = \"1MiB\"", "less than 16MiB",
+                               "leave the key out for no limit"});
+  expect_problem(found[1], 7, {"'library[0].rlimits.open_files' = 15", "at least 16"});
+  expect_problem(found[2], 8, {"'library[0].rlimits.cpu_seconds' = 0", "at least 1"});
+  expect_problem(found[3], 9, {"'library[0].rlimits.processes' = 0", "at least 1"});
+  expect_problem(found[4], 10, {"'library[0].rlimits.core_size' = \"-1\"", "not a valid size"});
+  expect_problem(found[5], 11, {"unknown key 'stack_size' in library[0].rlimits",
+                                "address_space, open_files, cpu_seconds, processes, core_size"});
+  expect_problem(found[6], 12, {"unknown key 'open_file'", "did you mean 'open_files'"});
+
+  expect_one_problem(std::string(kMinimal) + "rlimits = { address_space = 0 }\n", 5,
+                     {"library[0].rlimits.address_space", "expected at least 16MiB"});
+}
+
+TEST_F(ConfigTest, BadGatewayHardeningValues) {
+  auto found = problems(R"([gateway]
+max_workers = -1
+max_header_bytes = 255
+max_json_depth = 7
+handshake_timeout = 0
+read_timeout = "0s"
+idle_timeout = -1
+max_sessions = -1
+max_sessions_per_client = -2
+)" + std::string(kMinimal));
+  ASSERT_EQ(found.size(), 8u) << ::testing::PrintToString(found);
+  expect_problem(found[0], 2, {"'gateway.max_workers' = -1", "at least 0", "0: no cap"});
+  expect_problem(found[1], 3, {"'gateway.max_header_bytes' = 255", "from 256 to 1048576 (1 MiB)"});
+  expect_problem(found[2], 4, {"'gateway.max_json_depth' = 7", "from 8 to 1024"});
+  expect_problem(found[3], 5, {"'gateway.handshake_timeout' is 0", "at least 1ms"});
+  expect_problem(found[4], 6, {"'gateway.read_timeout' is 0"});
+  expect_problem(found[5], 7, {"gateway.idle_timeout", "-1", "not a valid duration"});
+  expect_problem(found[6], 8, {"'gateway.max_sessions' = -1"});
+  expect_problem(found[7], 9, {"'gateway.max_sessions_per_client' = -2"});
+
+  expect_one_problem("[gateway]\nmax_header_bytes = 1048577\n" + std::string(kMinimal), 2,
+                     {"gateway.max_header_bytes", "1048577"});
+  expect_one_problem("[gateway]\nmax_json_depth = 1025\n" + std::string(kMinimal), 2,
+                     {"gateway.max_json_depth", "1025"});
+  auto edges = load(R"([gateway]
+max_header_bytes = 256
+max_json_depth = 8
+handshake_timeout = "1ms"
+read_timeout = 0.5
+idle_timeout = 0
+max_workers = 0
+max_sessions = 0
+)" + std::string(kMinimal));
+  EXPECT_EQ(edges.gateway.max_header_bytes, 256u);
+  EXPECT_EQ(edges.gateway.max_json_depth, 8u);
+  EXPECT_EQ(edges.gateway.handshake_timeout, 1ms);
+  EXPECT_EQ(edges.gateway.read_timeout, 500ms);
+  EXPECT_EQ(edges.gateway.idle_timeout, 0ms);
+  EXPECT_EQ(edges.gateway.max_workers, 0u);
+  EXPECT_EQ(edges.gateway.max_sessions, 0u);
+  auto top = load("[gateway]\nmax_header_bytes = 1048576\nmax_json_depth = 1024\n" + std::string(kMinimal));
+  EXPECT_EQ(top.gateway.max_header_bytes, 1048576u);
+  EXPECT_EQ(top.gateway.max_json_depth, 1024u);
+}
+
+TEST_F(ConfigTest, KeysInTheWrongTableSayWhereTheyBelong) {
+  auto found = problems(R"(listen = ["tcp://127.0.0.1:1"]
+[gateway]
+isolation = "shared"
+[defaults]
+cwd = "/tmp"
+allow_from = ["10.0.0.0/8"]
+[[library]]
+name = "A"
+command = ["a"]
+open_files = 1024
+)");
+  ASSERT_EQ(found.size(), 5u) << ::testing::PrintToString(found);
+  expect_problem(found[0], 1, {"unknown key 'listen' in the top level", "it belongs in [gateway]"});
+  expect_problem(found[1], 3, {"unknown key 'isolation' in [gateway]", "it belongs in [defaults] or [[library]]",
+                               "known keys are: listen, log_level"});
+  expect_problem(found[2], 5, {"unknown key 'cwd' in [defaults]", "it belongs in each [[library]]"});
+  expect_problem(found[3], 6, {"'allow_from'", "it belongs in [gateway]"});
+  expect_problem(found[4], 10, {"'open_files'", "[[library]] table library[0]", "it belongs in an rlimits table"});
+}
+
+TEST_F(ConfigTest, UnknownKeysListTheNewKnownKeys) {
+  auto found = problems(R"([gateway]
+max_session = 3
+[defaults]
+prewarn = 1
+[[library]]
+name = "A"
+command = ["a"]
+max_import_per_worker = 2
+)");
+  ASSERT_EQ(found.size(), 3u) << ::testing::PrintToString(found);
+  expect_problem(found[0], 2, {"did you mean 'max_sessions'", "max_sessions_per_client, allow_from"});
+  expect_problem(found[1], 4, {"[defaults]", "did you mean 'prewarm'", "max_imports_per_worker, rlimits, pickle"});
+  expect_problem(found[2], 8, {"did you mean 'max_imports_per_worker'", "name, command, env, cwd, startup_timeout"});
+}
+
+TEST_F(ConfigTest, PrewarmMoreThanMaxWorkers) {
+  auto found = problems(R"([defaults]
+prewarm = 3
+max_workers = 2
+[[library]]
+name = "A"
+command = ["a"]
+[[library]]
+name = "B"
+command = ["b"]
+max_workers = 1
+[[library]]
+name = "C"
+command = ["c"]
+prewarm = 5
+max_workers = 4
+[[library]]
+name = "D"
+command = ["d"]
+max_workers = 0
+[[library]]
+name = "E"
+command = ["e"]
+prewarm = 2
+)");
+  // [defaults] itself once (not again for A, which sets neither); B and C for their own keys; D lifts the cap and
+  // E lowers prewarm, both fine.
+  ASSERT_EQ(found.size(), 3u) << ::testing::PrintToString(found);
+  expect_problem(found[0], 2, {"'defaults.prewarm' = 3 is more than 'defaults.max_workers' = 2",
+                               "at most max_workers"});
+  expect_problem(found[1], 10, {"'defaults.prewarm' = 3 is more than 'library[1].max_workers' = 1"});
+  expect_problem(found[2], 14, {"'library[2].prewarm' = 5 is more than 'library[2].max_workers' = 4"});
+}
+
+TEST_F(ConfigTest, PrewarmTogetherMustFitTheGatewayCap) {
+  auto found = problems(R"([gateway]
+max_workers = 10
+[defaults]
+prewarm = 4
+[[library]]
+name = "A"
+command = ["a"]
+[[library]]
+name = 7
+command = ["broken"]
+prewarm = 64
+[[library]]
+name = "C"
+command = ["c"]
+[[library]]
+name = "D"
+command = ["d"]
+prewarm = 1
+[[library]]
+name = "E"
+command = ["e"]
+)");
+  // A (4) + C (4) + D (1) = 9 fits; E brings it to 13 (the broken library is not counted).
+  ASSERT_EQ(found.size(), 2u) << ::testing::PrintToString(found);
+  expect_problem(found[0], 9, {"library[1].name"});
+  expect_problem(found[1], 19, {"'defaults.prewarm' = 4 brings the prewarmed workers of all libraries to 13",
+                                "'gateway.max_workers' = 10"});
+
+  expect_one_problem("[gateway]\nmax_workers = 2\n" + std::string(kMinimal) + "prewarm = 3\n", 7,
+                     {"'library[0].prewarm' = 3", "to 3", "'gateway.max_workers' = 2"});
+  // No global cap: no check.
+  EXPECT_EQ(load("[gateway]\nmax_workers = 0\n" + std::string(kMinimal) + "prewarm = 64\n").libraries[0].prewarm, 64u);
+}
+
+TEST_F(ConfigTest, SharedOnlyKeysAreAllowedForSessionLibraries) {
+  auto config = load(std::string(kMinimal) +
+                     "isolation = \"session\"\nmax_keywords = 10\nmax_age = \"1h\"\nmax_rss = \"1GiB\"\n"
+                     "max_imports_per_worker = 2\n");
+  EXPECT_EQ(config.libraries[0].isolation, Isolation::session);
+  EXPECT_EQ(config.libraries[0].max_keywords, 10u);
+}
+
+TEST_F(ConfigTest, SizesInTheFile) {
+  auto config = load(R"([[library]]
+name = "A"
+command = ["a"]
+max_rss = 1048576
+rlimits = { address_space = "2G", core_size = "512" }
+[[library]]
+name = "B"
+command = ["b"]
+max_rss = "64MB"
+rlimits = { address_space = "16MiB", core_size = 4096 }
+)");
+  EXPECT_EQ(config.libraries[0].max_rss, 1048576u);
+  EXPECT_EQ(config.libraries[0].rlimits.address_space, 2ull << 30);
+  EXPECT_EQ(config.libraries[0].rlimits.core_size, 512u);
+  EXPECT_EQ(config.libraries[1].max_rss, 64u << 20);
+  EXPECT_EQ(config.libraries[1].rlimits.address_space, 16u << 20);
+  EXPECT_EQ(config.libraries[1].rlimits.core_size, 4096u);
+
+  auto found = problems(R"([[library]]
+name = "A"
+command = ["a"]
+max_rss = -1
+rlimits = { core_size = "12XB" }
+[[library]]
+name = "B"
+command = ["b"]
+max_rss = "99999999999G"
+rlimits = { core_size = "1 MiB" }
+)");
+  ASSERT_EQ(found.size(), 4u) << ::testing::PrintToString(found);
+  expect_problem(found[0], 4, {"'library[0].max_rss' = -1 is not a valid size", "non-negative"});
+  expect_problem(found[1], 5, {"'library[0].rlimits.core_size' = \"12XB\" is not a valid size"});
+  expect_problem(found[2], 9, {"\"99999999999G\"", "not a valid size"});
+  expect_problem(found[3], 10, {"\"1 MiB\""});
+}
+
+TEST_F(ConfigTest, AllowFromParsing) {
+  auto config = load(R"([gateway]
+allow_from = ["10.1.2.3/8", "192.168.1.7", "0.0.0.0/0", "2001:db8::1/32", "::ffff:172.16.0.0/108", "fe80::/10"]
+)" + std::string(kMinimal));
+  const auto& nets = config.gateway.allow_from;
+  ASSERT_EQ(nets.size(), 6u);
+  // Host bits are allowed in the text and cleared.
+  EXPECT_EQ(nets[0].text, "10.1.2.3/8");
+  EXPECT_EQ(nets[0].prefix, 8);
+  EXPECT_EQ(nets[0].bytes[0], 10);
+  EXPECT_EQ(nets[0].bytes[1], 0);
+  EXPECT_EQ(nets[0].bytes[3], 0);
+  EXPECT_EQ(nets[1].prefix, 32);
+  EXPECT_EQ(nets[1].bytes[3], 7);
+  EXPECT_EQ(nets[2].prefix, 0);
+  EXPECT_TRUE(nets[3].v6);
+  EXPECT_EQ(nets[3].prefix, 32);
+  EXPECT_EQ(nets[3].bytes[15], 0);
+  // An IPv4-mapped network is kept as the IPv4 network.
+  EXPECT_FALSE(nets[4].v6);
+  EXPECT_EQ(nets[4].prefix, 12);
+  EXPECT_EQ(nets[4].bytes[0], 172);
+  EXPECT_EQ(nets[4].bytes[1], 16);
+  EXPECT_EQ(nets[4].text, "::ffff:172.16.0.0/108");
+
+  auto found = problems(R"([gateway]
+allow_from = [
+  "10.0.0.0/33",
+  "10.0.0/8",
+  "::1/129",
+  "[::1]/128",
+  "10.0.0.0/",
+  "10.0.0.0/8/8",
+  "host.example",
+  "",
+  "10.0.0.0/ 8",
+  "10.0.0.0/08",
+  "fe80::1%eth0",
+  "/8",
+  "010.0.0.1",
+  3,
+  "10.0.0.0/8",
+  "10.9.9.9/8",
+  "::1",
+  "0:0:0:0:0:0:0:1/128",
+]
+)" + std::string(kMinimal));
+  ASSERT_EQ(found.size(), 16u) << ::testing::PrintToString(found);
+  for (int i = 0; i < 13; ++i) expect_problem(found[i], 3 + i, {"gateway.allow_from[", "is not a network"});
+  expect_problem(found[0], 3, {"'gateway.allow_from[0]' = \"10.0.0.0/33\"", "more than 32"});
+  expect_problem(found[1], 4, {"'10.0.0' is not an IPv4 address"});
+  expect_problem(found[2], 5, {"more than 128"});
+  expect_problem(found[3], 6, {"without brackets"});
+  expect_problem(found[4], 7, {"prefix '/'", "from 0 to 32"});
+  expect_problem(found[5], 8, {"prefix '/8/8'"});
+  expect_problem(found[6], 9, {"'host.example' is not an IPv4 address"});
+  expect_problem(found[7], 10, {"it is empty"});
+  expect_problem(found[8], 11, {"prefix '/ 8'"});
+  expect_problem(found[9], 12, {"prefix '/08'"});
+  expect_problem(found[10], 13, {"'fe80::1%eth0' is not an IPv6 address"});
+  expect_problem(found[11], 14, {"the address is missing"});
+  expect_problem(found[12], 15, {"'010.0.0.1' is not an IPv4 address"});
+  expect_problem(found[13], 16, {"gateway.allow_from[13]", "is an integer", "a string"});
+  expect_problem(found[14], 18, {"'gateway.allow_from[15]' = \"10.9.9.9/8\"",
+                                 "same network as 'gateway.allow_from[14]' = \"10.0.0.0/8\""});
+  expect_problem(found[15], 20, {"gateway.allow_from[17]", "same network as 'gateway.allow_from[16]'"});
+
+  // Empty: every address.
+  EXPECT_TRUE(load("[gateway]\nallow_from = []\n" + std::string(kMinimal)).gateway.allow_from.empty());
+}
+
+Network net(const char* text) {
+  std::string why;
+  auto n = rjg::config::parse_network(text, &why);
+  EXPECT_TRUE(n) << text << ": " << why;
+  return n.value_or(Network{});
+}
+
+TEST(NetworkContains, IPv4) {
+  auto ten = net("10.0.0.0/8");
+  EXPECT_TRUE(ten.contains("10.0.0.0"));
+  EXPECT_TRUE(ten.contains("10.255.255.255"));
+  EXPECT_TRUE(ten.contains("10.1.2.3"));
+  EXPECT_FALSE(ten.contains("11.0.0.0"));
+  EXPECT_FALSE(ten.contains("9.255.255.255"));
+  EXPECT_TRUE(net("10.200.3.4/8").contains("10.1.2.3"));  // host bits masked
+
+  auto host = net("192.168.1.7");
+  EXPECT_EQ(host.prefix, 32);
+  EXPECT_TRUE(host.contains("192.168.1.7"));
+  EXPECT_FALSE(host.contains("192.168.1.8"));
+
+  auto odd = net("172.16.0.0/12");
+  EXPECT_TRUE(odd.contains("172.31.255.255"));
+  EXPECT_FALSE(odd.contains("172.32.0.0"));
+  EXPECT_FALSE(odd.contains("172.15.255.255"));
+  auto narrow = net("192.168.1.64/27");
+  EXPECT_TRUE(narrow.contains("192.168.1.95"));
+  EXPECT_FALSE(narrow.contains("192.168.1.96"));
+  EXPECT_FALSE(narrow.contains("192.168.1.63"));
+
+  auto all = net("0.0.0.0/0");
+  EXPECT_TRUE(all.contains("1.2.3.4"));
+  EXPECT_TRUE(all.contains("255.255.255.255"));
+  EXPECT_TRUE(all.contains("::ffff:1.2.3.4"));
+  EXPECT_FALSE(all.contains("::1"));  // an IPv6 address is not in an IPv4 network
+  EXPECT_FALSE(all.contains("2001:db8::1"));
+}
+
+TEST(NetworkContains, IPv6) {
+  auto ula = net("fd00::/8");
+  EXPECT_TRUE(ula.contains("fd12:3456::1"));
+  EXPECT_TRUE(ula.contains("FD00::"));
+  EXPECT_FALSE(ula.contains("fe80::1"));
+  EXPECT_FALSE(ula.contains("10.0.0.1"));
+
+  auto loopback = net("::1/128");
+  EXPECT_TRUE(loopback.contains("::1"));
+  EXPECT_TRUE(loopback.contains("0:0:0:0:0:0:0:1"));
+  EXPECT_FALSE(loopback.contains("::2"));
+  EXPECT_FALSE(loopback.contains("127.0.0.1"));
+
+  auto link = net("fe80::/10");
+  EXPECT_TRUE(link.contains("fe80::1%eth0"));  // the scope of a link-local address is ignored
+  EXPECT_TRUE(link.contains("febf::1"));
+  EXPECT_FALSE(link.contains("fec0::1"));
+
+  auto all = net("::/0");
+  EXPECT_TRUE(all.contains("2001:db8::1"));
+  EXPECT_TRUE(all.contains("10.1.2.3"));  // as ::ffff:10.1.2.3, which "::/0" contains
+}
+
+TEST(NetworkContains, IPv4MappedAddressesCountAsIPv4) {
+  auto ten = net("10.0.0.0/8");
+  EXPECT_TRUE(ten.contains("::ffff:10.1.2.3"));
+  EXPECT_TRUE(ten.contains("::FFFF:a01:203"));  // the same address in hex
+  EXPECT_FALSE(ten.contains("::ffff:11.1.2.3"));
+  EXPECT_FALSE(ten.contains("::10.1.2.3"));      // IPv4-compatible, not mapped
+  EXPECT_FALSE(ten.contains("64:ff9b::a01:203"));  // NAT64, not mapped
+
+  auto mapped = net("::ffff:10.0.0.0/104");  // stored as 10.0.0.0/8
+  EXPECT_FALSE(mapped.v6);
+  EXPECT_EQ(mapped.prefix, 8);
+  EXPECT_TRUE(mapped.contains("10.9.9.9"));
+  EXPECT_TRUE(mapped.contains("::ffff:10.9.9.9"));
+  EXPECT_FALSE(mapped.contains("11.0.0.1"));
+
+  auto every_v4 = net("::ffff:0.0.0.0/96");
+  EXPECT_FALSE(every_v4.v6);
+  EXPECT_EQ(every_v4.prefix, 0);
+  EXPECT_TRUE(every_v4.contains("8.8.8.8"));
+  EXPECT_FALSE(every_v4.contains("::1"));
+
+  auto wide = net("::ffff:0:0/95");  // below /96 it stays an IPv6 network, and still contains mapped addresses
+  EXPECT_TRUE(wide.v6);
+  EXPECT_TRUE(wide.contains("1.2.3.4"));
+  EXPECT_TRUE(wide.contains("::ffff:1.2.3.4"));
+}
+
+TEST(NetworkContains, RawBytesAndInvalidText) {
+  auto ten = net("10.0.0.0/8");
+  const unsigned char v4[4] = {10, 20, 30, 40};
+  const unsigned char other[4] = {192, 168, 0, 1};
+  const unsigned char mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1};
+  EXPECT_TRUE(ten.contains_bytes(false, v4));
+  EXPECT_FALSE(ten.contains_bytes(false, other));
+  EXPECT_TRUE(ten.contains_bytes(true, mapped));
+
+  EXPECT_FALSE(ten.contains(""));
+  EXPECT_FALSE(ten.contains("10.0.0"));
+  EXPECT_FALSE(ten.contains("10.0.0.1 "));
+  EXPECT_FALSE(ten.contains("localhost"));
+  EXPECT_FALSE(ten.contains("10.0.0.0/8"));
+  EXPECT_FALSE(Network{}.contains("garbage"));
+
+  std::string why;
+  EXPECT_FALSE(rjg::config::parse_network("10.0.0.0/33", &why));
+  EXPECT_EQ(why, "prefix /33 is more than 32");
+  EXPECT_FALSE(rjg::config::parse_network("10.0.0.0/-1"));
+}
+
+// A fuller, realistic configuration: shared pools, limits, a restricted network. It must always load.
+TEST_F(ConfigTest, BundledLabExampleLoads) {
+  auto config = rjg::config::load_file(RJG_CONFIG_DIR "/lab.toml");
+  EXPECT_FALSE(config.gateway.allow_from.empty());
+  EXPECT_GE(config.libraries.size(), 3u);
+  ASSERT_NE(config.find_library("Calculator"), nullptr);
+  bool any_shared = false;
+  for (const auto& library : config.libraries) any_shared |= library.isolation == Isolation::shared;
+  EXPECT_TRUE(any_shared);
+}
+
+TEST_F(ConfigTest, BundledExampleHasTheDefaultPoolSettings) {
+  auto example = rjg::config::load_file(RJG_CONFIG_DIR "/example.toml");
+  auto minimal = load(kMinimal);
+  EXPECT_EQ(example.gateway.max_workers, minimal.gateway.max_workers);
+  EXPECT_EQ(example.gateway.max_sessions, minimal.gateway.max_sessions);
+  EXPECT_TRUE(example.gateway.allow_from.empty());
+  for (const auto& library : example.libraries) {
+    EXPECT_EQ(library.isolation, Isolation::session);
+    EXPECT_EQ(library.pickle, PicklePolicy::data_only);
+    EXPECT_EQ(library.queue_timeout, minimal.libraries[0].queue_timeout);
+  }
+}
+
+struct SizeCase {
+  const char* text;
+  std::optional<std::uint64_t> expected;
+};
+void PrintTo(const SizeCase& c, std::ostream* os) { *os << '"' << c.text << '"'; }
+
+class ParseSize : public ::testing::TestWithParam<SizeCase> {};
+
+TEST_P(ParseSize, Table) {
+  EXPECT_EQ(rjg::config::parse_size(GetParam().text), GetParam().expected) << "'" << GetParam().text << "'";
+}
+
+constexpr std::uint64_t KiB = 1024, MiB = KiB * 1024, GiB = MiB * 1024;
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ParseSize,
+    ::testing::Values(
+        SizeCase{"512", 512}, SizeCase{"0", 0}, SizeCase{"4096", 4096}, SizeCase{"512B", 512},
+        SizeCase{"64KiB", 64 * KiB}, SizeCase{"64K", 64 * KiB}, SizeCase{"64KB", 64 * KiB},
+        SizeCase{"512MiB", 536870912}, SizeCase{"512M", 512 * MiB}, SizeCase{"512MB", 512 * MiB},
+        SizeCase{"2GiB", 2 * GiB}, SizeCase{"2G", 2 * GiB}, SizeCase{"2GB", 2 * GiB}, SizeCase{"1TiB", 1024 * GiB},
+        SizeCase{"0MiB", 0}, SizeCase{"007K", 7 * KiB},
+        SizeCase{"18446744073709551615", 18446744073709551615ull},
+        SizeCase{"17179869183G", 17179869183ull * GiB},  // the largest whole number of GiB
+        SizeCase{"18446744073709551616", std::nullopt}, SizeCase{"17179869184G", std::nullopt},
+        SizeCase{"99999999999G", std::nullopt}, SizeCase{"99999999999999999999999", std::nullopt},
+        SizeCase{"-1", std::nullopt}, SizeCase{"+1", std::nullopt}, SizeCase{"1.5G", std::nullopt},
+        SizeCase{"12XB", std::nullopt}, SizeCase{"", std::nullopt}, SizeCase{"K", std::nullopt},
+        SizeCase{"MiB", std::nullopt}, SizeCase{"1 MiB", std::nullopt}, SizeCase{" 1", std::nullopt},
+        SizeCase{"1 ", std::nullopt}, SizeCase{"1mib", std::nullopt}, SizeCase{"1kb", std::nullopt},
+        SizeCase{"1Ki", std::nullopt}, SizeCase{"1e3", std::nullopt}, SizeCase{"0x10", std::nullopt},
+        SizeCase{"1KiBB", std::nullopt}, SizeCase{"1P", std::nullopt}),
+    [](const auto& info) {
+      std::string name = std::to_string(info.index) + "_";
+      for (char c : std::string_view(info.param.text)) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      return name;
+    });
+
 struct DurationCase {
   const char* text;
   std::optional<Duration> expected;

@@ -68,8 +68,8 @@ struct WorkerSetup {
   const char* cwd = nullptr;
   config::ResourceLimits limits;
 
-  static int set_limit(int resource, std::uint64_t value) {
-    if (value == 0) return 0;
+  static int set_limit(int resource, std::uint64_t value, bool set = true) {
+    if (!set) return 0;
     struct rlimit rl {};
     rl.rlim_cur = rl.rlim_max = static_cast<rlim_t>(value);
     return ::setrlimit(resource, &rl);
@@ -93,9 +93,12 @@ struct WorkerSetup {
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     if (cwd && ::chdir(cwd) != 0) return {errno, bp::system_category()};
     // Limits apply to the worker and what it starts; a failure here fails the start, not the gateway.
-    if (set_limit(RLIMIT_AS, limits.address_space) || set_limit(RLIMIT_NOFILE, limits.open_files) ||
-        set_limit(RLIMIT_CPU, limits.cpu_seconds) || set_limit(RLIMIT_NPROC, limits.processes) ||
-        set_limit(RLIMIT_CORE, limits.core_size))
+    // 0 means "not set", except for core_size, where 0 (no core dumps) is the usual wish.
+    if (set_limit(RLIMIT_AS, limits.address_space, limits.address_space != 0) ||
+        set_limit(RLIMIT_NOFILE, limits.open_files, limits.open_files != 0) ||
+        set_limit(RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds != 0) ||
+        set_limit(RLIMIT_NPROC, limits.processes, limits.processes != 0) ||
+        set_limit(RLIMIT_CORE, limits.core_size, limits.core_size_set))
       return {errno, bp::system_category()};
     return {};
   }

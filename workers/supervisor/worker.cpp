@@ -396,13 +396,19 @@ asio::awaitable<void> Worker::stop(std::string reason, bool polite) {
     if (alive()) stdin_queue_.push(encode_frame(make_notification(protocol::kExit, json::object{})));
   }
   stdin_queue_.close();
-  if (!polite || busy_) signal_group(SIGTERM);
+  // A busy worker cannot hear robot/shutdown before its keyword ends: ask the process instead.
+  const bool terminated = !polite || busy_;
+  if (terminated) signal_group(SIGTERM);
 
   if (!co_await exited_.wait_for(grace)) {
-    log::warn("worker {}[{}]: still running {} after stop; sending SIGTERM", library_.name, pid_,
-              seconds_text(grace));
-    signal_group(SIGTERM);
-    if (!co_await exited_.wait_for(grace)) {
+    bool gone = false;
+    if (!terminated) {
+      log::warn("worker {}[{}]: still running {} after stop; sending SIGTERM", library_.name, pid_,
+                seconds_text(grace));
+      signal_group(SIGTERM);
+      gone = co_await exited_.wait_for(grace);
+    }
+    if (!gone) {
       log::warn("worker {}[{}]: ignored SIGTERM for {}; sending SIGKILL", library_.name, pid_, seconds_text(grace));
       signal_group(SIGKILL);
       if (!co_await exited_.wait_for(10s)) log::error("worker {}[{}]: survived SIGKILL?", library_.name, pid_);

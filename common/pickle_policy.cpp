@@ -1,0 +1,835 @@
+#include "common/pickle_policy.hpp"
+
+#include "common/log.hpp"
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace rjg {
+namespace {
+
+namespace json = boost::json;
+
+// ---------------------------------------------------------------------------------------------------
+// Opcodes (CPython Lib/pickle.py). Only the ones named in run() are admitted; the rest are named for
+// messages.
+
+enum Op : unsigned char {
+  MARK = '(', STOP = '.', POP = '0', POP_MARK = '1', DUP = '2', FLOAT = 'F', INT = 'I', BININT = 'J',
+  BININT1 = 'K', LONG = 'L', BININT2 = 'M', NONE = 'N', PERSID = 'P', BINPERSID = 'Q', REDUCE = 'R',
+  STRING = 'S', BINSTRING = 'T', SHORT_BINSTRING = 'U', UNICODE = 'V', BINUNICODE = 'X', APPEND = 'a',
+  BUILD = 'b', GLOBAL = 'c', DICT = 'd', EMPTY_DICT = '}', APPENDS = 'e', GET = 'g', BINGET = 'h', INST = 'i',
+  LONG_BINGET = 'j', LIST = 'l', EMPTY_LIST = ']', OBJ = 'o', PUT = 'p', BINPUT = 'q', LONG_BINPUT = 'r',
+  SETITEM = 's', TUPLE = 't', EMPTY_TUPLE = ')', SETITEMS = 'u', BINFLOAT = 'G',
+  PROTO = 0x80, NEWOBJ = 0x81, EXT1 = 0x82, EXT2 = 0x83, EXT4 = 0x84, TUPLE1 = 0x85, TUPLE2 = 0x86,
+  TUPLE3 = 0x87, NEWTRUE = 0x88, NEWFALSE = 0x89, LONG1 = 0x8a, LONG4 = 0x8b,
+  BINBYTES = 'B', SHORT_BINBYTES = 'C',
+  SHORT_BINUNICODE = 0x8c, BINUNICODE8 = 0x8d, BINBYTES8 = 0x8e, EMPTY_SET = 0x8f, ADDITEMS = 0x90,
+  FROZENSET = 0x91, NEWOBJ_EX = 0x92, STACK_GLOBAL = 0x93, MEMOIZE = 0x94, FRAME = 0x95,
+  BYTEARRAY8 = 0x96, NEXT_BUFFER = 0x97, READONLY_BUFFER = 0x98,
+};
+
+std::string op_name(unsigned char op) {
+  switch (op) {
+    case MARK: return "MARK";
+    case STOP: return "STOP";
+    case POP: return "POP";
+    case POP_MARK: return "POP_MARK";
+    case DUP: return "DUP";
+    case FLOAT: return "FLOAT";
+    case INT: return "INT";
+    case BININT: return "BININT";
+    case BININT1: return "BININT1";
+    case LONG: return "LONG";
+    case BININT2: return "BININT2";
+    case NONE: return "NONE";
+    case PERSID: return "PERSID";
+    case BINPERSID: return "BINPERSID";
+    case REDUCE: return "REDUCE";
+    case STRING: return "STRING";
+    case BINSTRING: return "BINSTRING";
+    case SHORT_BINSTRING: return "SHORT_BINSTRING";
+    case UNICODE: return "UNICODE";
+    case BINUNICODE: return "BINUNICODE";
+    case APPEND: return "APPEND";
+    case BUILD: return "BUILD";
+    case GLOBAL: return "GLOBAL";
+    case DICT: return "DICT";
+    case EMPTY_DICT: return "EMPTY_DICT";
+    case APPENDS: return "APPENDS";
+    case GET: return "GET";
+    case BINGET: return "BINGET";
+    case INST: return "INST";
+    case LONG_BINGET: return "LONG_BINGET";
+    case LIST: return "LIST";
+    case EMPTY_LIST: return "EMPTY_LIST";
+    case OBJ: return "OBJ";
+    case PUT: return "PUT";
+    case BINPUT: return "BINPUT";
+    case LONG_BINPUT: return "LONG_BINPUT";
+    case SETITEM: return "SETITEM";
+    case TUPLE: return "TUPLE";
+    case EMPTY_TUPLE: return "EMPTY_TUPLE";
+    case SETITEMS: return "SETITEMS";
+    case BINFLOAT: return "BINFLOAT";
+    case PROTO: return "PROTO";
+    case NEWOBJ: return "NEWOBJ";
+    case EXT1: return "EXT1";
+    case EXT2: return "EXT2";
+    case EXT4: return "EXT4";
+    case TUPLE1: return "TUPLE1";
+    case TUPLE2: return "TUPLE2";
+    case TUPLE3: return "TUPLE3";
+    case NEWTRUE: return "NEWTRUE";
+    case NEWFALSE: return "NEWFALSE";
+    case LONG1: return "LONG1";
+    case LONG4: return "LONG4";
+    case BINBYTES: return "BINBYTES";
+    case SHORT_BINBYTES: return "SHORT_BINBYTES";
+    case SHORT_BINUNICODE: return "SHORT_BINUNICODE";
+    case BINUNICODE8: return "BINUNICODE8";
+    case BINBYTES8: return "BINBYTES8";
+    case EMPTY_SET: return "EMPTY_SET";
+    case ADDITEMS: return "ADDITEMS";
+    case FROZENSET: return "FROZENSET";
+    case NEWOBJ_EX: return "NEWOBJ_EX";
+    case STACK_GLOBAL: return "STACK_GLOBAL";
+    case MEMOIZE: return "MEMOIZE";
+    case FRAME: return "FRAME";
+    case BYTEARRAY8: return "BYTEARRAY8";
+    case NEXT_BUFFER: return "NEXT_BUFFER";
+    case READONLY_BUFFER: return "READONLY_BUFFER";
+    default: return fmt::format("0x{:02x} (not a pickle opcode)", op);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The types a value on the symbolic stack can have.
+
+enum class Kind : std::uint8_t {
+  none, boolean, integer, floating, str, bytes, bytearray, tuple, frozenset,
+  list, dict, set, ordered_dict, dot_dict,  // mutable containers
+  datetime, date, time, timedelta, timezone, decimal,
+  cls,  // an allowlisted class, only good as the callable of REDUCE
+};
+
+std::string_view kind_name(Kind k) {
+  switch (k) {
+    case Kind::none: return "None";
+    case Kind::boolean: return "bool";
+    case Kind::integer: return "int";
+    case Kind::floating: return "float";
+    case Kind::str: return "str";
+    case Kind::bytes: return "bytes";
+    case Kind::bytearray: return "bytearray";
+    case Kind::tuple: return "tuple";
+    case Kind::frozenset: return "frozenset";
+    case Kind::list: return "list";
+    case Kind::dict: return "dict";
+    case Kind::set: return "set";
+    case Kind::ordered_dict: return "collections.OrderedDict";
+    case Kind::dot_dict: return "robot.utils.dotdict.DotDict";
+    case Kind::datetime: return "datetime.datetime";
+    case Kind::date: return "datetime.date";
+    case Kind::time: return "datetime.time";
+    case Kind::timedelta: return "datetime.timedelta";
+    case Kind::timezone: return "datetime.timezone";
+    case Kind::decimal: return "decimal.Decimal";
+    case Kind::cls: return "class";
+  }
+  return "?";
+}
+
+bool is_container(Kind k) {
+  return k == Kind::list || k == Kind::dict || k == Kind::set || k == Kind::ordered_dict || k == Kind::dot_dict;
+}
+bool is_mapping(Kind k) { return k == Kind::dict || k == Kind::ordered_dict || k == Kind::dot_dict; }
+
+// The classes STACK_GLOBAL may name, as exact (module, name) pairs: a dotted name walks attributes in
+// Python ("DotDict.__init__.__globals__"), so nothing but these very strings is accepted. Each is only
+// callable through REDUCE with the argument shape its own __reduce__ produces (see reduce_shape_ok).
+struct AllowedClass {
+  std::string_view module;
+  std::string_view name;
+  Kind makes;
+};
+constexpr std::array<AllowedClass, 9> kAllowed{{
+    {"robot.utils.dotdict", "DotDict", Kind::dot_dict},
+    {"collections", "OrderedDict", Kind::ordered_dict},
+    {"datetime", "datetime", Kind::datetime},
+    {"datetime", "date", Kind::date},
+    {"datetime", "time", Kind::time},
+    {"datetime", "timedelta", Kind::timedelta},
+    {"datetime", "timezone", Kind::timezone},
+    {"decimal", "Decimal", Kind::decimal},
+    {"builtins", "bytearray", Kind::bytearray},
+}};
+
+std::string class_name(const AllowedClass& c) { return fmt::format("{}.{}", c.module, c.name); }
+
+constexpr std::uint8_t kManyItems = 0xff;  // Value::arity of a tuple with more than 3 items
+
+// One value on the stack or in the memo. Immutable values carry their own depth and expanded size;
+// mutable containers refer to an entry of the container table, shared by every reference to them.
+struct Value {
+  Kind kind = Kind::none;
+  std::uint8_t cls = 0;    // Kind::cls: index in kAllowed
+  std::uint8_t arity = 0;  // Kind::tuple: item count, kManyItems above 3
+  bool hashable = true;
+  std::array<Kind, 3> item{};  // Kind::tuple of up to 3: the item kinds
+  std::uint32_t depth = 0;     // nesting: 0 for scalars, 1 for an empty tuple
+  std::uint32_t a = 0;         // str, bytes: offset of the text in the pickle; containers: table index
+  std::uint32_t b = 0;         // str, bytes: length; tuple: length of the first item when str or bytes
+  std::uint64_t size = 1;      // expanded size
+};
+
+struct Container {
+  std::uint64_t size = 1;
+  std::uint32_t depth = 1;
+  bool nested = false;  // placed inside another value: its contents are final from then on
+};
+
+std::uint64_t saturating_add(std::uint64_t x, std::uint64_t y) {
+  return x > std::numeric_limits<std::uint64_t>::max() - y ? std::numeric_limits<std::uint64_t>::max() : x + y;
+}
+
+// UTF-8 as CPython decodes BINUNICODE ("utf-8", "surrogatepass"): strict, but encoded surrogates pass.
+bool valid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  std::size_t n = s.size(), i = 0;
+  while (i < n) {
+    unsigned c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t more;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) more = 1;
+    else if (c >= 0xe0 && c <= 0xef) more = 2, lo = (c == 0xe0 ? 0xa0 : 0x80);
+    else if (c >= 0xf0 && c <= 0xf4) more = 3, lo = (c == 0xf0 ? 0x90 : 0x80), hi = (c == 0xf4 ? 0x8f : 0xbf);
+    else return false;
+    if (n - i <= more) return false;
+    if (p[i + 1] < lo || p[i + 1] > hi) return false;
+    for (std::size_t k = 2; k <= more; ++k)
+      if (p[i + k] < 0x80 || p[i + k] > 0xbf) return false;
+    i += more + 1;
+  }
+  return true;
+}
+
+std::uint64_t read_le(std::string_view b) {
+  std::uint64_t v = 0;
+  for (std::size_t i = b.size(); i-- > 0;) v = (v << 8) | static_cast<unsigned char>(b[i]);
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The symbolic unpickler. Every rule is at least as strict as both CPython unpicklers (C and pure
+// Python), so an admitted pickle means the same thing to either of them as it does here.
+
+class Machine {
+ public:
+  Machine(std::string_view in, const PickleLimits& limits) : in_(in), limits_(limits) {}
+
+  // nullopt: admitted.
+  std::optional<std::string> run(std::size_t* offset) {
+    bool ok = execute();
+    if (offset) *offset = ok ? 0 : op_start_;
+    if (ok) return std::nullopt;
+    return std::move(error_);
+  }
+
+ private:
+  bool fail(std::string reason) {
+    error_ = std::move(reason);
+    return false;
+  }
+  bool refuse_op(unsigned char op) { return fail(fmt::format("opcode {} is not allowed", op_name(op))); }
+
+  // Takes the next n bytes of the current opcode: all there, and inside the frame the opcode began in.
+  bool take(std::uint64_t n, std::string_view& out) {
+    std::uint64_t remaining = in_.size() - pos_;
+    if (n > remaining)
+      return fail(fmt::format("truncated pickle: opcode {} needs {} more bytes, {} remain", op_name(op_), n, remaining));
+    if (op_start_ < frame_end_ && n > frame_end_ - pos_)
+      return fail(fmt::format("opcode {} straddles the end of its frame at byte {}", op_name(op_), frame_end_));
+    out = in_.substr(pos_, static_cast<std::size_t>(n));
+    pos_ += static_cast<std::size_t>(n);
+    return true;
+  }
+  bool take_le(std::size_t width, std::uint64_t& v) {
+    std::string_view b;
+    if (!take(width, b)) return false;
+    v = read_le(b);
+    return true;
+  }
+  // A length-prefixed argument: the length field is checked against what remains before anything else.
+  bool take_counted(std::size_t width, std::string_view& out) {
+    std::uint64_t n;
+    if (!take_le(width, n)) return false;
+    if (n > in_.size() - pos_)
+      return fail(fmt::format("opcode {} declares {} bytes, only {} remain", op_name(op_), n, in_.size() - pos_));
+    return take(n, out);
+  }
+  // The decimal argument of PUT and GET: digits and a newline, nothing that int() reads differently.
+  bool take_decimal_line(std::uint64_t& v) {
+    std::size_t end = op_start_ < frame_end_ ? frame_end_ : in_.size();
+    auto nl = in_.find('\n', pos_);
+    if (nl == std::string_view::npos || nl >= end) return fail(fmt::format("opcode {} has no end of line", op_name(op_)));
+    auto digits = in_.substr(pos_, nl - pos_);
+    if (digits.empty() || digits.size() > 9 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return fail(fmt::format("opcode {} argument '{}' is not a plain decimal number", op_name(op_),
+                              log::printable(digits, 20)));
+    v = 0;
+    for (char c : digits) v = v * 10 + static_cast<unsigned>(c - '0');
+    pos_ = nl + 1;
+    return true;
+  }
+
+  // Values above the innermost MARK: nothing below it may be popped or used.
+  std::size_t available() const { return stack_.size() - (marks_.empty() ? 0 : marks_.back()); }
+  bool need(std::size_t n) {
+    if (available() < n) return fail(fmt::format("stack underflow at opcode {}", op_name(op_)));
+    return true;
+  }
+  bool push(const Value& v) {
+    if (stack_.size() >= limits_.max_stack)
+      return fail(fmt::format("more than {} values on the stack", limits_.max_stack));
+    stack_.push_back(v);
+    return true;
+  }
+  // Pops the innermost MARK; its items are stack_[begin, end).
+  bool pop_mark(std::size_t& begin) {
+    if (marks_.empty()) return fail(fmt::format("opcode {} without a MARK", op_name(op_)));
+    begin = marks_.back();
+    marks_.pop_back();
+    return true;
+  }
+
+  std::uint32_t depth_of(const Value& v) const { return is_container(v.kind) ? containers_[v.a].depth : v.depth; }
+  std::uint64_t size_of(const Value& v) const { return is_container(v.kind) ? containers_[v.a].size : v.size; }
+
+  bool check_bounds(std::uint64_t depth, std::uint64_t size) {
+    if (depth > limits_.max_depth) return fail(fmt::format("nesting deeper than {} levels", limits_.max_depth));
+    if (size > limits_.max_expanded)
+      return fail(fmt::format("value larger than {} elements and bytes when expanded", limits_.max_expanded));
+    return true;
+  }
+
+  // v becomes part of another value. A class is not data; a mutable container is final from now on,
+  // which makes depths and sizes exact and refuses every cycle.
+  bool nest(const Value& v) {
+    if (v.kind == Kind::cls) return fail(fmt::format("class {} used as a value", class_name(kAllowed[v.cls])));
+    if (is_container(v.kind)) containers_[v.a].nested = true;
+    return true;
+  }
+
+  // Adds stack_[first, last) to the container `target` (APPEND(S), SETITEM(S), ADDITEMS).
+  bool fill(const Value& target, std::size_t first, std::size_t last, Kind wanted) {
+    bool ok_target = wanted == Kind::dict ? is_mapping(target.kind) : target.kind == wanted;
+    if (!ok_target)
+      return fail(fmt::format("opcode {} on a {} (only {})", op_name(op_), kind_name(target.kind),
+                              wanted == Kind::dict ? "dict, OrderedDict or DotDict" : kind_name(wanted)));
+    std::uint64_t depth = 0, size = 0;
+    for (std::size_t i = first; i < last; ++i) {
+      const Value& item = stack_[i];
+      bool is_key = wanted == Kind::dict && (i - first) % 2 == 0;
+      if ((is_key || wanted == Kind::set) && !item.hashable)
+        return fail(fmt::format("unhashable {} as a {}", kind_name(item.kind), is_key ? "dict key" : "set element"));
+      if (!nest(item)) return false;
+      depth = std::max<std::uint64_t>(depth, depth_of(item));
+      size = saturating_add(size, size_of(item));
+    }
+    Container& c = containers_[target.a];
+    if (c.nested)
+      return fail(fmt::format("{} changed after it was placed in another value (cycles are not plain data)",
+                              kind_name(target.kind)));
+    c.depth = static_cast<std::uint32_t>(std::max<std::uint64_t>(c.depth, depth + 1));
+    c.size = saturating_add(c.size, size);
+    if (!check_bounds(c.depth, c.size)) return false;
+    stack_.resize(first);
+    return true;
+  }
+
+  // Replaces stack_[first, end) by the tuple (or frozenset) of those items.
+  bool make_tuple(std::size_t first, Kind kind) {
+    Value t;
+    t.kind = kind;
+    std::size_t n = stack_.size() - first;
+    t.arity = n <= 3 ? static_cast<std::uint8_t>(n) : kManyItems;
+    std::uint64_t depth = 0, size = 1;
+    for (std::size_t i = first; i < stack_.size(); ++i) {
+      const Value& item = stack_[i];
+      if (kind == Kind::frozenset && !item.hashable)
+        return fail(fmt::format("unhashable {} as a frozenset element", kind_name(item.kind)));
+      if (!nest(item)) return false;
+      t.hashable = t.hashable && item.hashable;
+      if (i - first < 3) t.item[i - first] = item.kind;
+      if (i == first && (item.kind == Kind::bytes || item.kind == Kind::str)) t.b = item.b;
+      depth = std::max<std::uint64_t>(depth, depth_of(item));
+      size = saturating_add(size, size_of(item));
+    }
+    if (!check_bounds(depth + 1, size)) return false;
+    t.depth = static_cast<std::uint32_t>(depth + 1);
+    t.size = size;
+    stack_.resize(first);
+    return push(t);
+  }
+
+  bool new_container(Kind kind) {
+    if (containers_.size() >= limits_.max_containers)
+      return fail(fmt::format("more than {} lists, dicts and sets", limits_.max_containers));
+    Value v;
+    v.kind = kind;
+    v.hashable = false;
+    v.a = static_cast<std::uint32_t>(containers_.size());
+    containers_.push_back({});
+    return push(v);
+  }
+
+  bool push_scalar(Kind kind, std::uint64_t extra_size = 0) {
+    Value v;
+    v.kind = kind;
+    v.size = 1 + extra_size;
+    v.hashable = kind != Kind::bytearray;
+    return push(v);
+  }
+
+  bool push_text(Kind kind, std::string_view text) {
+    if (kind == Kind::str && !valid_utf8(text)) return fail("string is not valid UTF-8");
+    Value v;
+    v.kind = kind;
+    v.hashable = kind != Kind::bytearray;
+    v.a = static_cast<std::uint32_t>(text.data() - in_.data());
+    v.b = static_cast<std::uint32_t>(text.size());
+    v.size = 1 + text.size();
+    return push(v);
+  }
+
+  std::string_view text_of(const Value& v) const { return in_.substr(v.a, v.b); }
+
+  bool stack_global() {
+    if (!need(2)) return false;
+    const Value& module = stack_[stack_.size() - 2];
+    const Value& name = stack_.back();
+    if (module.kind != Kind::str || name.kind != Kind::str)
+      return fail(fmt::format("STACK_GLOBAL needs two string constants, got {} and {}", kind_name(module.kind),
+                              kind_name(name.kind)));
+    auto m = text_of(module), n = text_of(name);
+    auto it = std::find_if(kAllowed.begin(), kAllowed.end(),
+                           [&](const AllowedClass& c) { return c.module == m && c.name == n; });
+    if (it == kAllowed.end())
+      return fail(fmt::format("class {}.{} is not allowed", log::printable(m, 80), log::printable(n, 80)));
+    stack_.resize(stack_.size() - 2);
+    Value c;
+    c.kind = Kind::cls;
+    c.cls = static_cast<std::uint8_t>(it - kAllowed.begin());
+    return push(c);
+  }
+
+  // The argument tuples the allowlisted classes' own __reduce__ produce, and nothing else.
+  static bool reduce_shape_ok(Kind makes, const Value& args, std::string_view& expected) {
+    auto n = args.arity;
+    auto k = args.item;
+    switch (makes) {
+      case Kind::dot_dict:
+      case Kind::ordered_dict:
+        expected = "()";
+        return n == 0;
+      case Kind::bytearray:
+        expected = "() or (bytes,)";
+        return n == 0 || (n == 1 && k[0] == Kind::bytes);
+      case Kind::datetime:
+        expected = "(bytes[10],) or (bytes[10], timezone)";
+        return (n == 1 || (n == 2 && k[1] == Kind::timezone)) && k[0] == Kind::bytes && args.b == 10;
+      case Kind::date:
+        expected = "(bytes[4],)";
+        return n == 1 && k[0] == Kind::bytes && args.b == 4;
+      case Kind::time:
+        expected = "(bytes[6],) or (bytes[6], timezone)";
+        return (n == 1 || (n == 2 && k[1] == Kind::timezone)) && k[0] == Kind::bytes && args.b == 6;
+      case Kind::timedelta:
+        expected = "(int, int, int)";
+        return n == 3 && k[0] == Kind::integer && k[1] == Kind::integer && k[2] == Kind::integer;
+      case Kind::timezone:
+        expected = "(timedelta,) or (timedelta, str)";
+        return (n == 1 || (n == 2 && k[1] == Kind::str)) && k[0] == Kind::timedelta;
+      case Kind::decimal:
+        expected = "(str,)";
+        return n == 1 && k[0] == Kind::str;
+      default:
+        expected = "nothing";
+        return false;
+    }
+  }
+
+  static std::string describe_args(const Value& args) {
+    if (args.kind != Kind::tuple) return std::string(kind_name(args.kind));
+    if (args.arity == kManyItems) return "a tuple of more than 3 items";
+    std::string s = "(";
+    for (std::uint8_t i = 0; i < args.arity; ++i) {
+      if (i) s += ", ";
+      s += kind_name(args.item[i]);
+      if (i == 0 && (args.item[0] == Kind::bytes)) s += fmt::format("[{}]", args.b);
+    }
+    return s + (args.arity == 1 ? ",)" : ")");
+  }
+
+  bool reduce() {
+    if (!need(2)) return false;
+    const Value& callable = stack_[stack_.size() - 2];
+    const Value& args = stack_.back();
+    if (callable.kind != Kind::cls)
+      return fail(fmt::format("REDUCE calls a {} (only allowed classes may be called)", kind_name(callable.kind)));
+    const AllowedClass& cls = kAllowed[callable.cls];
+    std::string_view expected;
+    if (args.kind != Kind::tuple || !reduce_shape_ok(cls.makes, args, expected))
+      return fail(fmt::format("REDUCE on {} with arguments {} is not allowed (expected {})", class_name(cls),
+                              describe_args(args), expected));
+    std::uint64_t size = args.size;
+    stack_.resize(stack_.size() - 2);
+    if (is_container(cls.makes)) return new_container(cls.makes);
+    return push_scalar(cls.makes, size);
+  }
+
+  bool memo_put(std::uint64_t index) {
+    if (!need(1)) return false;
+    // A pickler numbers memo entries 0, 1, 2, ... in order; anything else (overwriting an entry, gaps)
+    // only serves to make a reader lose track of what an index holds.
+    if (index != memo_.size())
+      return fail(fmt::format("memo index {} is not the next free one ({})", index, memo_.size()));
+    if (memo_.size() >= limits_.max_memo) return fail(fmt::format("more than {} memo entries", limits_.max_memo));
+    memo_.push_back(stack_.back());
+    return true;
+  }
+  bool memo_get(std::uint64_t index) {
+    if (index >= memo_.size()) return fail(fmt::format("memo index {} was never set", index));
+    return push(memo_[static_cast<std::size_t>(index)]);
+  }
+
+  bool execute() {
+    if (in_.size() > limits_.max_bytes || in_.size() > std::numeric_limits<std::uint32_t>::max())
+      return fail(fmt::format("pickle of {} bytes is larger than the limit of {}", in_.size(), limits_.max_bytes));
+    if (in_.empty()) return fail("empty pickle");
+    if (static_cast<unsigned char>(in_[0]) != PROTO)
+      return fail(fmt::format("pickle starts with opcode {}, not PROTO 4 or 5", op_name(in_[0])));
+
+    std::size_t opcodes = 0;
+    while (pos_ < in_.size()) {
+      op_start_ = pos_;
+      op_ = static_cast<unsigned char>(in_[pos_++]);
+      if (++opcodes > limits_.max_opcodes) return fail(fmt::format("more than {} opcodes", limits_.max_opcodes));
+      std::uint64_t n = 0;
+      std::string_view text;
+      switch (op_) {
+        case PROTO: {
+          if (op_start_ != 0) return fail("second PROTO opcode");
+          if (!take_le(1, n)) return false;
+          if (n != 4 && n != 5) return fail(fmt::format("protocol {} is not allowed (only 4 and 5)", n));
+          break;
+        }
+        case FRAME: {
+          if (op_start_ < frame_end_) return fail("FRAME inside an unfinished frame");
+          if (!take_le(8, n)) return false;
+          if (n > in_.size() - pos_)
+            return fail(fmt::format("FRAME of {} bytes, only {} remain", n, in_.size() - pos_));
+          frame_end_ = pos_ + static_cast<std::size_t>(n);
+          break;
+        }
+        case STOP: {
+          if (!marks_.empty()) return fail("STOP with an open MARK");
+          if (stack_.size() != 1) return fail(fmt::format("STOP with {} values on the stack, not 1", stack_.size()));
+          if (pos_ != in_.size()) return fail(fmt::format("{} bytes after STOP", in_.size() - pos_));
+          if (!nest(stack_.back())) return false;
+          return check_bounds(depth_of(stack_.back()), size_of(stack_.back()));
+        }
+
+        case MARK:
+          if (marks_.size() >= limits_.max_depth) return fail(fmt::format("more than {} open MARKs", limits_.max_depth));
+          marks_.push_back(stack_.size());
+          break;
+
+        case NONE:
+          if (!push_scalar(Kind::none)) return false;
+          break;
+        case NEWTRUE:
+        case NEWFALSE:
+          if (!push_scalar(Kind::boolean)) return false;
+          break;
+        case BININT1:
+        case BININT2:
+        case BININT:
+          if (!take(op_ == BININT1 ? 1 : op_ == BININT2 ? 2 : 4, text) || !push_scalar(Kind::integer)) return false;
+          break;
+        case LONG1:
+        case LONG4: {
+          if (!take_le(op_ == LONG1 ? 1 : 4, n)) return false;
+          if (op_ == LONG4 && (n & 0x80000000u)) return fail("LONG4 with a negative length");
+          if (n > limits_.max_long_bytes)
+            return fail(fmt::format("integer of {} bytes is longer than the limit of {}", n, limits_.max_long_bytes));
+          if (!take(n, text) || !push_scalar(Kind::integer, n)) return false;
+          break;
+        }
+        case BINFLOAT:
+          if (!take(8, text) || !push_scalar(Kind::floating)) return false;
+          break;
+
+        case SHORT_BINUNICODE:
+        case BINUNICODE:
+        case BINUNICODE8:
+          if (!take_counted(op_ == SHORT_BINUNICODE ? 1 : op_ == BINUNICODE ? 4 : 8, text)) return false;
+          if (!push_text(Kind::str, text)) return false;
+          break;
+        case SHORT_BINBYTES:
+        case BINBYTES:
+        case BINBYTES8:
+          if (!take_counted(op_ == SHORT_BINBYTES ? 1 : op_ == BINBYTES ? 4 : 8, text)) return false;
+          if (!push_text(Kind::bytes, text)) return false;
+          break;
+        case BYTEARRAY8:
+          if (!take_counted(8, text) || !push_text(Kind::bytearray, text)) return false;
+          break;
+
+        case EMPTY_TUPLE: {
+          Value t;
+          t.kind = Kind::tuple;
+          t.depth = 1;
+          if (!push(t)) return false;
+          break;
+        }
+        case TUPLE1:
+        case TUPLE2:
+        case TUPLE3: {
+          std::size_t k = op_ - TUPLE1 + 1u;
+          if (!need(k) || !make_tuple(stack_.size() - k, Kind::tuple)) return false;
+          break;
+        }
+        case TUPLE:
+        case FROZENSET: {
+          std::size_t begin;
+          if (!pop_mark(begin) || !make_tuple(begin, op_ == TUPLE ? Kind::tuple : Kind::frozenset)) return false;
+          break;
+        }
+
+        case EMPTY_LIST:
+          if (!new_container(Kind::list)) return false;
+          break;
+        case EMPTY_DICT:
+          if (!new_container(Kind::dict)) return false;
+          break;
+        case EMPTY_SET:
+          if (!new_container(Kind::set)) return false;
+          break;
+        case APPEND:
+          if (!need(2) || !fill(stack_[stack_.size() - 2], stack_.size() - 1, stack_.size(), Kind::list)) return false;
+          break;
+        case SETITEM:
+          if (!need(3) || !fill(stack_[stack_.size() - 3], stack_.size() - 2, stack_.size(), Kind::dict)) return false;
+          break;
+        case APPENDS:
+        case SETITEMS:
+        case ADDITEMS: {
+          std::size_t begin;
+          if (!pop_mark(begin)) return false;
+          // the target sits just below the popped MARK, and above the next one
+          if (begin <= (marks_.empty() ? 0 : marks_.back()))
+            return fail(fmt::format("stack underflow at opcode {}", op_name(op_)));
+          if (op_ == SETITEMS && (stack_.size() - begin) % 2 != 0) return fail("SETITEMS with an odd number of items");
+          Kind wanted = op_ == APPENDS ? Kind::list : op_ == SETITEMS ? Kind::dict : Kind::set;
+          if (!fill(stack_[begin - 1], begin, stack_.size(), wanted)) return false;
+          break;
+        }
+
+        case STACK_GLOBAL:
+          if (!stack_global()) return false;
+          break;
+        case REDUCE:
+          if (!reduce()) return false;
+          break;
+
+        case MEMOIZE:
+          if (!memo_put(memo_.size())) return false;
+          break;
+        case BINPUT:
+        case LONG_BINPUT:
+          if (!take_le(op_ == BINPUT ? 1 : 4, n) || !memo_put(n)) return false;
+          break;
+        case PUT:
+          if (!take_decimal_line(n) || !memo_put(n)) return false;
+          break;
+        case BINGET:
+        case LONG_BINGET:
+          if (!take_le(op_ == BINGET ? 1 : 4, n) || !memo_get(n)) return false;
+          break;
+        case GET:
+          if (!take_decimal_line(n) || !memo_get(n)) return false;
+          break;
+
+        default:
+          return refuse_op(op_);
+      }
+    }
+    op_start_ = in_.size();
+    return fail("pickle ends without STOP");
+  }
+
+  std::string_view in_;
+  const PickleLimits& limits_;
+  std::size_t pos_ = 0;
+  std::size_t op_start_ = 0;
+  unsigned char op_ = 0;
+  std::size_t frame_end_ = 0;  // the current frame covers [.., frame_end_)
+  std::vector<Value> stack_;
+  std::vector<std::size_t> marks_;  // stack sizes at each open MARK
+  std::vector<Value> memo_;
+  std::vector<Container> containers_;
+  std::string error_;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// The JSON side.
+
+constexpr std::string_view kPickledKey = "__pickled__";
+
+bool is_identifier(std::string_view key) {
+  if (key.empty() || (key[0] >= '0' && key[0] <= '9')) return false;
+  return std::all_of(key.begin(), key.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+class PickleWalker {
+ public:
+  PickleWalker(PickleMode mode, std::string_view base, const PickleLimits& limits)
+      : mode_(mode), base_(base), limits_(limits) {}
+
+  std::optional<PickleRefusal> walk(const json::value& v) {
+    if (visit(v)) return std::nullopt;
+    return PickleRefusal{path(), std::move(reason_), offset_, mode_};
+  }
+
+ private:
+  struct Step {
+    std::string_view key;  // object member, when index is npos
+    std::size_t index;
+  };
+  static constexpr std::size_t kKey = static_cast<std::size_t>(-1);
+
+  bool visit(const json::value& v) {
+    if (const auto* o = v.if_object()) {
+      if (const auto* p = o->if_contains(kPickledKey)) return check(*o, *p);
+      for (const auto& member : *o) {
+        steps_.push_back({member.key(), kKey});
+        if (!visit(member.value())) return false;
+        steps_.pop_back();
+      }
+    } else if (const auto* a = v.if_array()) {
+      for (std::size_t i = 0; i < a->size(); ++i) {
+        steps_.push_back({{}, i});
+        if (!visit((*a)[i])) return false;
+        steps_.pop_back();
+      }
+    }
+    return true;
+  }
+
+  bool refuse(std::string reason) {
+    reason_ = std::move(reason);
+    return false;
+  }
+
+  // An object with a "__pickled__" member: a Python peer would likely unpickle it whatever else it holds,
+  // so only the exact form is checked as a pickle, and every other form is refused.
+  bool check(const json::object& o, const json::value& pickled) {
+    if (mode_ == PickleMode::deny) return refuse("pickle = \"deny\" refuses every pickled value");
+    if (o.size() != 1) {
+      std::string others;
+      for (const auto& member : o)
+        if (member.key() != kPickledKey) others += fmt::format("{}\"{}\"", others.empty() ? "" : ", ",
+                                                               log::printable(member.key(), 40));
+      return refuse(fmt::format("malformed pickled value: \"__pickled__\" comes with other members ({})", others));
+    }
+    const auto* hex = pickled.if_string();
+    if (!hex) return refuse("malformed pickled value: \"__pickled__\" is not a string");
+    if (hex->size() % 2 != 0) return refuse("malformed pickled value: odd number of hex digits");
+    if (hex->size() / 2 > limits_.max_bytes)
+      return refuse(fmt::format("pickle of {} bytes is larger than the limit of {}", hex->size() / 2, limits_.max_bytes));
+    bytes_.resize(hex->size() / 2);
+    for (std::size_t i = 0; i < bytes_.size(); ++i) {
+      int hi = hex_digit((*hex)[2 * i]), lo = hex_digit((*hex)[2 * i + 1]);
+      if (hi < 0 || lo < 0)
+        return refuse(fmt::format("malformed pickled value: '{}' at hex digit {} is not lowercase hex",
+                                  log::printable(std::string_view(*hex).substr(hi < 0 ? 2 * i : 2 * i + 1, 1), 4),
+                                  hi < 0 ? 2 * i : 2 * i + 1));
+      bytes_[i] = static_cast<char>(hi << 4 | lo);
+    }
+    std::size_t offset = 0;
+    if (auto why = check_pickle_data_only(bytes_, &offset, limits_)) {
+      offset_ = offset;
+      return refuse(std::move(*why));
+    }
+    return true;
+  }
+
+  std::string path() const {
+    std::string out(base_);
+    for (const auto& s : steps_) {
+      if (s.index != kKey) out += fmt::format("[{}]", s.index);
+      else if (!is_identifier(s.key)) out += fmt::format("[{}]", json::serialize(json::string_view(s.key)));
+      else {
+        if (!out.empty()) out += '.';
+        out += s.key;
+      }
+    }
+    return out;
+  }
+
+  PickleMode mode_;
+  std::string_view base_;
+  const PickleLimits& limits_;
+  std::vector<Step> steps_;
+  std::string bytes_;  // the decoded pickle, reused across values
+  std::string reason_;
+  std::optional<std::size_t> offset_;
+};
+
+}  // namespace
+
+std::optional<std::string> check_pickle_data_only(std::string_view bytes, std::size_t* offset,
+                                                  const PickleLimits& limits) {
+  return Machine(bytes, limits).run(offset);
+}
+
+std::optional<PickleRefusal> inspect_pickles(const boost::json::value& v, PickleMode mode, std::string_view path,
+                                             const PickleLimits& limits) {
+  if (mode == PickleMode::allow) return std::nullopt;
+  return PickleWalker(mode, path, limits).walk(v);
+}
+
+std::string describe(const PickleRefusal& r, std::string_view library) {
+  std::string where = r.path.empty() ? "a pickled value" : fmt::format("the pickled value at {}", r.path);
+  std::string at = r.offset ? fmt::format(" (pickle byte {})", *r.offset) : "";
+  std::string hint =
+      r.mode == PickleMode::deny
+          ? fmt::format("set pickle = \"data-only\" (plain data) or \"allow\" (unchecked) for library '{}' to let "
+                        "pickled values through",
+                        library)
+          : fmt::format("set pickle = \"allow\" for library '{}' to pass it unchecked", library);
+  return fmt::format("{} was refused: {}{}; {}", where, r.reason, at, hint);
+}
+
+}  // namespace rjg

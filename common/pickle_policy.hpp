@@ -1,0 +1,62 @@
+// The pickle policy: what the gateway lets through of {"__pickled__": "<hex>"} values.
+//
+// Python peers send every list, dict and object as a pickle, and unpickling can run arbitrary code. The
+// data-only check is a typed symbolic execution of the opcode stream (stack, memo, marks, frames): it
+// admits exactly the pickles that build plain Robot data, and refuses everything else, including
+// anything it is unsure about. It never looks for "bad" names; it only knows the good shapes.
+#pragma once
+
+#include <boost/json/fwd.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace rjg {
+
+// Mirrors config::PicklePolicy (common/ does not depend on config/).
+enum class PickleMode {
+  allow,      // every value passes unchecked
+  data_only,  // only pickles that build plain data
+  deny,       // no pickled value at all
+};
+
+// Bounds of the data-only check; exceeding any of them refuses the pickle.
+struct PickleLimits {
+  std::size_t max_bytes = 32u * 1024 * 1024;  // one pickle (half the largest message, as hex doubles it)
+  std::size_t max_opcodes = std::size_t{1} << 23;
+  std::size_t max_stack = std::size_t{1} << 20;       // values on the stack (a tuple's items all sit there)
+  std::size_t max_memo = std::size_t{1} << 20;        // memo entries
+  std::size_t max_containers = std::size_t{1} << 20;  // mutable containers created (list, dict, set, ...)
+  std::size_t max_depth = 128;                        // container nesting, and open MARKs
+  // Elements plus string and bytes lengths, counted as if every shared reference were a copy: what a
+  // consumer that walks the value (repr, logging, JSON) has to go through.
+  std::uint64_t max_expanded = std::uint64_t{1} << 26;
+  std::size_t max_long_bytes = 4096;  // LONG4 integers (str() of bigger ints fails in Python anyway)
+};
+
+// Checks one raw pickle under the data-only policy. nullopt: admitted. Otherwise the reason, and the
+// byte offset in the pickle of the opcode (or length field) it is about in *offset when given.
+std::optional<std::string> check_pickle_data_only(std::string_view bytes, std::size_t* offset = nullptr,
+                                                  const PickleLimits& limits = {});
+
+struct PickleRefusal {
+  std::string path;                   // JSON path of the value: "args[0]", "kwargs.data", "result"
+  std::string reason;                 // "class os.system is not allowed", "opcode BUILD is not allowed"
+  std::optional<std::size_t> offset;  // byte offset in the pickle; none for deny and malformed objects
+  PickleMode mode = PickleMode::data_only;
+};
+
+// Walks a JSON value, finds every {"__pickled__": ...} object (and malformed look-alikes: extra keys,
+// a value that is not lowercase even-length hex) and applies the policy. path names v itself ("args",
+// "result", "" for none); members and elements are appended as ".key" and "[i]". nullopt: admitted.
+// allow returns at once; otherwise a value without "__pickled__" costs one tree walk.
+std::optional<PickleRefusal> inspect_pickles(const boost::json::value& v, PickleMode mode, std::string_view path,
+                                             const PickleLimits& limits = {});
+
+// The user-facing message: what was refused, where, and the configuration key that changes it.
+std::string describe(const PickleRefusal& refusal, std::string_view library);
+
+}  // namespace rjg

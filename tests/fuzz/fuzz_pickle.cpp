@@ -1,0 +1,80 @@
+// Fuzzes the data-only pickle scanner: raw bytes, and the same bytes as {"__pickled__": hex} inside a
+// message through the JSON inspector.
+//
+// Input: a pickle (any bytes). Invariants: no crash, hang or sanitizer report; a refusal has a reason
+// and an offset inside the pickle; the verdict is deterministic; tighter limits never admit what the
+// default limits refuse; the JSON inspector agrees with the raw scanner (same verdict, reason and
+// offset, at the right path), "deny" refuses and "allow" admits.
+#include "common/pickle_policy.hpp"
+
+#include "fuzz_common.hpp"
+
+#include <boost/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace {
+
+namespace json = boost::json;
+
+// Small enough that short inputs reach every limit.
+const rjg::PickleLimits kTight{
+    .max_bytes = 1 << 16,
+    .max_opcodes = 4096,
+    .max_stack = 64,
+    .max_memo = 64,
+    .max_containers = 64,
+    .max_depth = 8,
+    .max_expanded = 4096,
+    .max_long_bytes = 16,
+};
+
+std::string to_hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  std::string_view bytes(reinterpret_cast<const char*>(data), size);
+
+  std::size_t offset = 0;
+  const auto why = rjg::check_pickle_data_only(bytes, &offset);
+  if (why) {
+    RJG_FUZZ_CHECK(!why->empty(), "a refusal without a reason");
+    RJG_FUZZ_CHECK(offset <= bytes.size(), "refusal offset " + std::to_string(offset) + " is past the end: " + *why);
+  }
+  const auto again = rjg::check_pickle_data_only(bytes);
+  RJG_FUZZ_CHECK(again == why, "the verdict is not deterministic");
+
+  std::size_t tight_offset = 0;
+  const auto tight = rjg::check_pickle_data_only(bytes, &tight_offset, kTight);
+  if (why) RJG_FUZZ_CHECK(tight.has_value(), "tighter limits admitted what the defaults refuse: " + *why);
+  if (tight) RJG_FUZZ_CHECK(tight_offset <= bytes.size(), "refusal offset past the end: " + *tight);
+
+  // The same pickle as the only argument of a keyword call.
+  const json::value message = {{"args", json::array{json::object{{"__pickled__", to_hex(bytes)}}}}, {"kwargs", json::object{}}};
+  const auto inspected = rjg::inspect_pickles(message, rjg::PickleMode::data_only, "");
+  RJG_FUZZ_CHECK(inspected.has_value() == why.has_value(), "the JSON inspector and the scanner disagree");
+  if (inspected) {
+    RJG_FUZZ_CHECK(inspected->reason == *why, "the JSON inspector gives another reason: " + inspected->reason);
+    RJG_FUZZ_CHECK(inspected->offset == offset, "the JSON inspector gives another offset");
+    RJG_FUZZ_CHECK(inspected->path == "args[0]", "the JSON inspector names the wrong path: " + inspected->path);
+    RJG_FUZZ_CHECK(!rjg::describe(*inspected, "Lib").empty(), "an empty description");
+  }
+  const auto denied = rjg::inspect_pickles(message, rjg::PickleMode::deny, "params");
+  RJG_FUZZ_CHECK(denied.has_value() && denied->path == "params.args[0]", "deny did not refuse at params.args[0]");
+  RJG_FUZZ_CHECK(!rjg::inspect_pickles(message, rjg::PickleMode::allow, "").has_value(), "allow refused");
+  return 0;
+}
