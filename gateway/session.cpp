@@ -1,6 +1,7 @@
 #include "gateway/session.hpp"
 
 #include "common/log.hpp"
+#include "common/pickle_policy.hpp"
 #include "common/protocol.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -25,6 +26,34 @@ std::string_view trim_trailing_whitespace(std::string_view s) {
   while (!s.empty() && (s.back() == '\r' || s.back() == '\n' || s.back() == ' ' || s.back() == '\t'))
     s.remove_suffix(1);
   return s;
+}
+
+PickleMode pickle_mode(const config::Library& library) {
+  switch (library.pickle) {
+    case config::PicklePolicy::allow: return PickleMode::allow;
+    case config::PicklePolicy::deny: return PickleMode::deny;
+    case config::PicklePolicy::data_only: break;
+  }
+  return PickleMode::data_only;
+}
+
+// Applies the library's pickle policy to some members of an object (arguments one way, results the
+// other). Returns the error to answer with, or nothing when every value is admitted.
+std::optional<std::pair<std::string, json::object>> refuse_pickles(const config::Library& library,
+                                                                   const json::object& holder,
+                                                                   std::initializer_list<std::string_view> keys) {
+  const auto mode = pickle_mode(library);
+  if (mode == PickleMode::allow) return std::nullopt;
+  for (auto key : keys) {
+    auto it = holder.find(key);
+    if (it == holder.end()) continue;
+    if (auto refusal = inspect_pickles(it->value(), mode, key)) {
+      json::object data{{"library", library.name}, {"path", refusal->path}, {"reason", refusal->reason}};
+      if (refusal->offset) data["offset"] = *refusal->offset;
+      return std::pair{describe(*refusal, library.name), std::move(data)};
+    }
+  }
+  return std::nullopt;
 }
 
 std::string_view string_field(const json::object& o, std::string_view key) {
@@ -328,6 +357,11 @@ asio::awaitable<void> Session::import_library(Reply reply, json::object params) 
                 json::object{{"library", requested}, {"available", std::move(available)}});
     co_return;
   }
+  if (auto refused = refuse_pickles(*library, params, {"args", "kw_args"})) {
+    log::warn("{}: import of {} refused: {}", name_, library->name, refused->first);
+    reply.error(protocol::kPickleRefused, refused->first, std::move(refused->second));
+    co_return;
+  }
   log::info("{}: importing library {}", name_, library->name);
 
   auto& pool = context_.pools.pool(*library);
@@ -372,6 +406,12 @@ asio::awaitable<void> Session::import_library(Reply reply, json::object params) 
       failure.emplace(protocol::kWorkerFailed,
                       fmt::format("The worker of library '{}' (pid {}) answered robot/import_library without a token",
                                   library->name, worker->pid()));
+    }
+  }
+  if (!failure) {
+    // Argument defaults in the definition travel to the client: the same policy applies to them.
+    if (auto refused = refuse_pickles(*library, response->result().get_object(), {"definition"})) {
+      failure.emplace(protocol::kPickleRefused, refused->first, std::move(refused->second));
     }
   }
   if (failure) {
@@ -430,6 +470,12 @@ void Session::on_run_keyword(Message& m) {
                             log::printable(string_field(params, "library_token"), 80)));
     return;
   }
+  if (auto refused = refuse_pickles(*import->config, params, {"args", "kwargs"})) {
+    log::warn("{}: keyword '{}' of {} refused: {}", name_, string_field(params, "name"), import->library,
+              refused->first);
+    reply.error(protocol::kPickleRefused, refused->first, std::move(refused->second));
+    return;
+  }
   params["library_token"] = import->worker_token;
   spawn_request(run_keyword(std::move(reply), std::move(params), *import), "run_keyword");
 }
@@ -445,8 +491,13 @@ asio::awaitable<void> Session::run_keyword(Reply reply, json::object params, Imp
     auto response = co_await worker->call(protocol::kRunKeyword, std::move(params), weak_from_this(),
                                           fmt::format("keyword '{}' of library '{}'", keyword, library),
                                           timeout.count() ? std::optional(timeout) : std::nullopt);
-    reply.forward(std::move(response.object));
     if (import.lease.pool) import.lease.pool->keyword_done(worker);
+    if (auto refused = refuse_pickles(*import.config, response.object, {"result"})) {
+      log::warn("{}: result of keyword '{}' of {} refused: {}", name_, keyword, library, refused->first);
+      reply.error(protocol::kPickleRefused, refused->first, std::move(refused->second));
+    } else {
+      reply.forward(std::move(response.object));
+    }
   } catch (const workers::WorkerError& e) {
     failure = e;
   }

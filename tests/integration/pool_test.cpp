@@ -767,7 +767,9 @@ TEST_F(PoolRlimitTest, LimitsApplyToTheWorkerOnly) {
   auto limits = read_file(fmt::format("/proc/{}/limits", gateway().pid()));
   auto as_line = lines_with(limits, "Max address space");
   ASSERT_EQ(as_line.size(), 1u) << limits;
-  if (own_as == -1) EXPECT_TRUE(contains(as_line[0], "unlimited")) << as_line[0];
+  if (own_as == -1) {
+    EXPECT_TRUE(contains(as_line[0], "unlimited")) << as_line[0];
+  }
 }
 
 // ================================================================================================

@@ -748,6 +748,20 @@ TEST(PickleJson, MalformedPickledObjectsAreRefusedUnlessAllowed) {
   }
 }
 
+// The key as Python's json reads it: escapes decoded, and of duplicate keys the last one counts (as in
+// Boost.JSON), so the value checked is the value a Python peer would unpickle.
+TEST(PickleJson, KeysAreRecognizedAsAPythonPeerReadsThem) {
+  auto escaped = json::parse(R"({"\u005f_pickled__":")" + to_hex(kEvil) + R"("})");
+  auto r = inspect_pickles(escaped, PickleMode::data_only, "result");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->reason, "class posix.system is not allowed");
+
+  auto duplicate = json::parse(R"({"__pickled__":")" + to_hex(kPlain) + R"(","__pickled__":")" + to_hex(kEvil) + R"("})");
+  r = inspect_pickles(duplicate, PickleMode::data_only, "result");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->reason, "class posix.system is not allowed");
+}
+
 TEST(PickleJson, DescribeSaysWhatWhereAndWhichKeyToChange) {
   auto r = inspect_pickles(json::parse(R"({"data":)" + pickled_json(kEvil) + "}"), PickleMode::data_only, "kwargs");
   ASSERT_TRUE(r.has_value());
