@@ -106,6 +106,25 @@ Classified classify(json::value value) {
   return Message{Message::Kind::response, std::move(obj)};
 }
 
+std::optional<Unroutable> check_client_method(const Message& message) {
+  const bool is_request = message.kind == Message::Kind::request;
+  auto expected = protocol::client_method_is_request(message.method());
+  if (!expected) {
+    return Unroutable{is_request, protocol::kMethodNotFound,
+                      fmt::format("Method '{}' not found. This server handles robot/initialize, robot/initialized, "
+                                  "robot/import_library, robot/run_keyword, robot/finalize_library, robot/shutdown "
+                                  "and robot/exit.",
+                                  message.method())};
+  }
+  if (*expected == is_request) return std::nullopt;
+  if (is_request)
+    return Unroutable{true, protocol::kInvalidRequest,
+                      fmt::format("{} is a notification: send it without an id", message.method())};
+  return Unroutable{false, protocol::kInvalidRequest,
+                    fmt::format("{} is a request and needs an id: sent as a notification, it cannot be answered",
+                                message.method())};
+}
+
 std::string make_request(const json::value& id, std::string_view method, json::value params) {
   json::object o;
   o["jsonrpc"] = "2.0";

@@ -49,6 +49,16 @@ Classified parse_message(std::string_view body, const JsonLimits& limits = {});
 // Classifies an already-parsed value.
 Classified classify(json::value value);
 
+// Why a server cannot dispatch a client's request or notification: the method is not one the
+// protocol defines for clients, or it came as the wrong kind (a notification with an id, a request
+// without one). A request gets an error answer (answer = true); a notification can only be logged.
+struct Unroutable {
+  bool answer;
+  int code;
+  std::string message;
+};
+std::optional<Unroutable> check_client_method(const Message& message);
+
 // Builders. Each returns the serialized JSON text (without framing).
 std::string make_request(const json::value& id, std::string_view method, json::value params);
 std::string make_notification(std::string_view method, json::value params);

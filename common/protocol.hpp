@@ -1,6 +1,7 @@
 // Names and codes of the Robot Framework JSON-RPC remote protocol (shared/seeds/000, 001).
 #pragma once
 
+#include <optional>
 #include <string_view>
 
 namespace rjg::protocol {
@@ -14,6 +15,16 @@ inline constexpr std::string_view kTrace = "robot/trace";
 inline constexpr std::string_view kFinalizeLibrary = "robot/finalize_library";
 inline constexpr std::string_view kShutdown = "robot/shutdown";
 inline constexpr std::string_view kExit = "robot/exit";
+
+// The methods a client sends to a server: true for a request (it is answered), false for a
+// notification; nullopt for a method the protocol does not define.
+inline std::optional<bool> client_method_is_request(std::string_view method) {
+  if (method == kInitialize || method == kImportLibrary || method == kRunKeyword || method == kFinalizeLibrary ||
+      method == kShutdown)
+    return true;
+  if (method == kInitialized || method == kExit) return false;
+  return std::nullopt;
+}
 
 // JSON-RPC 2.0 standard codes.
 inline constexpr int kParseError = -32700;

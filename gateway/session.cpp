@@ -239,18 +239,14 @@ asio::awaitable<void> Session::read_loop() {
 }
 
 void Session::dispatch(Message message) {
-  struct Route {
-    Handler handler;
-    bool is_request;
-  };
-  static const std::unordered_map<std::string_view, Route> kRoutes = {
-      {protocol::kInitialize, {&Session::on_initialize, true}},
-      {protocol::kInitialized, {&Session::on_initialized, false}},
-      {protocol::kImportLibrary, {&Session::on_import_library, true}},
-      {protocol::kRunKeyword, {&Session::on_run_keyword, true}},
-      {protocol::kFinalizeLibrary, {&Session::on_finalize_library, true}},
-      {protocol::kShutdown, {&Session::on_shutdown, true}},
-      {protocol::kExit, {&Session::on_exit, false}},
+  static const std::unordered_map<std::string_view, Handler> kHandlers = {
+      {protocol::kInitialize, &Session::on_initialize},
+      {protocol::kInitialized, &Session::on_initialized},
+      {protocol::kImportLibrary, &Session::on_import_library},
+      {protocol::kRunKeyword, &Session::on_run_keyword},
+      {protocol::kFinalizeLibrary, &Session::on_finalize_library},
+      {protocol::kShutdown, &Session::on_shutdown},
+      {protocol::kExit, &Session::on_exit},
   };
 
   if (message.kind == Message::Kind::response || message.kind == Message::Kind::error_response) {
@@ -258,31 +254,13 @@ void Session::dispatch(Message message) {
               id_to_string(message.id()));
     return;
   }
-  const bool is_request = message.kind == Message::Kind::request;
-  auto route = kRoutes.find(message.method());
-  if (route == kRoutes.end()) {
-    if (is_request) {
-      send(make_error(message.id(), protocol::kMethodNotFound,
-                      fmt::format("Method '{}' not found. The gateway handles robot/initialize, robot/initialized, "
-                                  "robot/import_library, robot/run_keyword, robot/finalize_library, robot/shutdown "
-                                  "and robot/exit.",
-                                  message.method())));
-    } else {
-      log::debug("{}: ignored notification {}", name_, message.method());
-    }
+  if (auto problem = check_client_method(message)) {
+    if (problem->answer) send(make_error(message.id(), problem->code, problem->message));
+    else if (problem->code == protocol::kMethodNotFound) log::debug("{}: ignored notification {}", name_, message.method());
+    else log::warn("{}: ignored: {}", name_, problem->message);
     return;
   }
-  if (route->second.is_request != is_request) {
-    if (is_request) {
-      send(make_error(message.id(), protocol::kInvalidRequest,
-                      fmt::format("{} is a notification: send it without an id", message.method())));
-    } else {
-      log::warn("{}: {} sent as a notification (no id), so it cannot be answered; ignored", name_,
-                message.method());
-    }
-    return;
-  }
-  (this->*route->second.handler)(message);
+  (this->*kHandlers.at(message.method()))(message);
 }
 
 void Session::spawn_request(asio::awaitable<void> handler, std::string what) {
@@ -504,7 +482,15 @@ asio::awaitable<void> Session::run_keyword(Reply reply, json::object params, Imp
   if (failure) {
     const auto& e = *failure;
     log::warn("{}: keyword '{}' of library {} failed in the gateway: {}", name_, keyword, library, e.what());
-    reply.error(e.code, e.what(), e.data);
+    if (e.code == protocol::kWorkerTimeout) {
+      reply.error(e.code,
+                  fmt::format("Keyword '{}' of library '{}' did not finish within {}ms (keyword_timeout). Its worker "
+                              "(pid {}) is stopped, and this import with it: import the library again.",
+                              keyword, library, timeout.count(), worker->pid()),
+                  e.data);
+    } else {
+      reply.error(e.code, e.what(), e.data);
+    }
     if (e.code == protocol::kWorkerTimeout) {
       // A keyword that overran cannot be interrupted inside the worker: end the worker, and with it
       // every import it holds (they then fail with this reason).

@@ -162,9 +162,16 @@ int main(int argc, char** argv) {
   const std::size_t prewarmed_total = with_python ? 4 : 2;
 
   std::vector<std::pair<Variant, Variant>> pairs;
-  pairs.push_back({Variant{"native cold (prewarm 0)", "Cold", false}, Variant{"native prewarm 2", "Warm", true}});
+  auto variant = [](std::string label, std::string library, bool warm) {
+    Variant v;
+    v.label = std::move(label);
+    v.library = std::move(library);
+    v.warm = warm;
+    return v;
+  };
+  pairs.emplace_back(variant("native cold (prewarm 0)", "Cold", false), variant("native prewarm 2", "Warm", true));
   if (with_python)
-    pairs.push_back({Variant{"python cold (prewarm 0)", "PyCold", false}, Variant{"python prewarm 2", "PyWarm", true}});
+    pairs.emplace_back(variant("python cold (prewarm 0)", "PyCold", false), variant("python prewarm 2", "PyWarm", true));
 
   // Settled: every finished worker gone and every prewarmed one ready (bounded).
   auto settle = [&]() {

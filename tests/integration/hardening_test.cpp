@@ -19,7 +19,10 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <iostream>
+#include <map>
 #include <regex>
+#include <set>
 
 namespace rjg::test {
 namespace {
@@ -731,6 +734,20 @@ TEST_F(TimeoutTest, IdleTimeoutDoesNotCountARunningKeyword) {
 
 class AdmissionTest : public HardeningTest {
  protected:
+  // A served session, retrying while the gateway still counts a connection that just closed (the
+  // harness's own readiness probe, for one): what a client does with "retry later".
+  std::pair<RpcClient, std::string> session_when_free() {
+    auto deadline = Clock::now() + kBound;
+    for (;;) {
+      try {
+        return session();
+      } catch (const RpcCallError& e) {
+        if (e.code() != protocol::kAtCapacity || Clock::now() >= deadline) throw;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+
   // Connects until a session is served (a closed session is forgotten asynchronously); bounded.
   bool eventually_served() {
     return eventually(
@@ -748,8 +765,8 @@ class AdmissionTest : public HardeningTest {
 
 TEST_F(AdmissionTest, MaxSessionsRefusesWithAnErrorNamingTheLimit) {
   start(default_libraries(), options("read_timeout = \"60s\"\nmax_sessions = 2\n"));
-  auto [c1, t1] = session();
-  auto [c2, t2] = session();
+  auto [c1, t1] = session_when_free();
+  auto [c2, t2] = session_when_free();
   {
     RpcClient c3 = connect();
     expect_error_then_close(c3, protocol::kAtCapacity, "", "max_sessions");
@@ -776,7 +793,7 @@ TEST_F(AdmissionTest, MaxSessionsRefusesWithAnErrorNamingTheLimit) {
 
 TEST_F(AdmissionTest, MaxSessionsPerClientCountsEachSourceAddress) {
   start(default_libraries(), options("read_timeout = \"60s\"\nmax_sessions_per_client = 1\n"));
-  auto [c1, t1] = session();
+  auto [c1, t1] = session_when_free();
   {
     RpcClient c2 = connect();
     expect_error_then_close(c2, protocol::kAtCapacity, "", "max_sessions_per_client");
@@ -815,6 +832,93 @@ TEST_F(AdmissionTest, AllowFromSingleAddress) {
   EXPECT_EQ(refused.received(), "");
   RawConn allowed(gateway().port(), "127.0.0.2");
   EXPECT_TRUE(allowed.initialize()) << "127.0.0.2 is in allow_from but was not served";
+}
+
+// ------------------------------------------------------------------------------------------------
+// Isolation of descriptors: a worker runs library code, so it must hold nothing of the gateway but its
+// own stdin, stdout and stderr: no client connection (it could read or write another session's
+// traffic, and the gateway's close of that connection would not reach the client while the worker
+// lives), no listening socket, no pipe of another worker.
+
+// fd number -> link target ("socket:[123]", "pipe:[456]", "/dev/null") of a process's descriptors.
+std::map<int, std::string> fd_targets(pid_t pid) {
+  std::map<int, std::string> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+    std::error_code lec;
+    auto target = fs::read_symlink(entry.path(), lec);
+    if (!lec) out[std::atoi(entry.path().filename().c_str())] = target.string();
+  }
+  return out;
+}
+
+std::string describe_targets(const std::map<int, std::string>& fds) {
+  std::string out;
+  for (const auto& [fd, target] : fds) out += fmt::format(" {}->{}", fd, target);
+  return out;
+}
+
+class DescriptorTest : public HardeningTest {};
+
+TEST_F(DescriptorTest, WorkersHoldNoSocketAndNoPipeOfAnotherWorker) {
+  start(default_libraries(), options());
+  // A connection that is open while the workers start, and a first worker.
+  RpcClient bystander = connect();
+  auto [a, token_a] = session("TestLibrary");
+  pid_t pid_a = remember_pid(worker_pid(a, token_a));
+  auto [b, token_b] = session("SecondLibrary");
+  pid_t pid_b = remember_pid(worker_pid(b, token_b));
+
+  std::set<std::string> pipes_of_a;
+  for (const auto& [fd, target] : fd_targets(pid_a))
+    if (target.rfind("pipe:", 0) == 0) pipes_of_a.insert(target);
+  for (pid_t pid : {pid_a, pid_b}) {
+    auto fds = fd_targets(pid);
+    for (const auto& [fd, target] : fds) {
+      EXPECT_TRUE(target.rfind("socket:", 0) != 0)
+          << "worker pid " << pid << " holds a socket of the gateway (fd " << fd << "):" << describe_targets(fds);
+      if (pid == pid_b) {
+        EXPECT_EQ(pipes_of_a.count(target), 0u)
+            << "worker pid " << pid_b << " holds a pipe of worker " << pid_a << " (fd " << fd
+            << "):" << describe_targets(fds);
+      }
+    }
+  }
+}
+
+// The visible effect: a connection the gateway closes must close for the client, whatever workers
+// started while it was open are still running.
+TEST_F(DescriptorTest, GatewayClosesReachTheClientWhileOtherWorkersLive) {
+  start(default_libraries(), options());
+  RpcClient doomed = connect();
+  doomed.initialize();
+  // Another session's worker starts while `doomed` is open, and stays alive throughout.
+  auto [other, token] = session();
+  pid_t pid = remember_pid(worker_pid(other, token));
+  doomed.send_raw("Content-Length: -1\r\n\r\n");
+  expect_error_then_close(doomed, protocol::kParseError, "Framing error: ", "Content-Length");
+  EXPECT_FALSE(pid_gone(pid));
+  RJG_EXPECT_OK(other.run_keyword(token, "Echo", json::array{1}));
+}
+
+TEST_F(DescriptorTest, HandshakeTimeoutReachesTheClientWhileOtherWorkersLive) {
+  start(default_libraries(), options("handshake_timeout = \"2s\"\nread_timeout = \"60s\"\n"));
+  RpcClient silent = connect();
+  auto [other, token] = session();
+  remember_pid(worker_pid(other, token));
+  expect_error_then_close(silent, protocol::kSessionTimeout, "", "handshake_timeout");
+  RJG_EXPECT_OK(other.run_keyword(token, "Echo", json::array{1}));
+}
+
+TEST_F(DescriptorTest, ExitReachesTheClientWhileOtherWorkersLive) {
+  start(default_libraries(), options());
+  RpcClient leaving = connect();
+  leaving.initialize();
+  auto [other, token] = session();
+  remember_pid(worker_pid(other, token));
+  RJG_ASSERT_OK(leaving.shutdown());
+  leaving.exit();
+  EXPECT_TRUE(leaving.wait_closed(kBound)) << "robot/exit did not close the connection while another worker lived";
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -867,6 +971,9 @@ TEST_F(BackPressureTest, NonReadingClientStallsOnlyItsOwnWorker) {
   EXPECT_LT(peak, baseline + (256u << 20)) << "peak RSS " << peak;
   RecordProperty("baseline_rss", std::to_string(baseline));
   RecordProperty("peak_rss", std::to_string(peak));
+  std::cout << fmt::format("back-pressure: gateway RSS baseline {} KiB, peak {} KiB while {} logs of {} bytes waited",
+                           baseline / 1024, peak / 1024, kLogs, 1000)
+            << std::endl;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -878,6 +985,7 @@ struct Pickle {
   std::string name;
   std::string hex;
   std::vector<std::string> names;  // the message names at least one of these (class or opcode)
+  std::size_t offset;              // byte offset of the first opcode that imports or calls (pickletools.genops)
 };
 
 // Each of these runs `touch /tmp/rjg-pwned` when unpickled by CPython 3.11 (checked when crafted),
@@ -888,55 +996,55 @@ std::vector<Pickle> malicious_pickles() {
       {"StackGlobalPosixSystem",
        "8004952f000000000000008c05706f736978948c0673797374656d9493948c14746f756368202f746d702f726a672d70776e656494859452"
        "942e",
-       {"posix.system"}},
+       {"posix.system"}, 28},
       {"StackGlobalPosixSystemProtocol5",
        "8005952f000000000000008c05706f736978948c0673797374656d9493948c14746f756368202f746d702f726a672d70776e656494859452"
        "942e",
-       {"posix.system"}},
+       {"posix.system"}, 28},
       // builtins.eval("__import__('os').system(cmd)") via REDUCE.
       {"BuiltinsEvalReduce",
        "8004954b000000000000008c086275696c74696e73948c046576616c9493948c2f5f5f696d706f72745f5f28276f7327292e7379737465"
        "6d2827746f756368202f746d702f726a672d70776e6564272994859452942e",
-       {"builtins.eval"}},
+       {"builtins.eval"}, 29},
       // GLOBAL 'os system' (the text opcode) inside a protocol 4 pickle.
       {"GlobalOsSystem", "8004636f730a73797374656d0a8c14746f756368202f746d702f726a672d70776e656485522e",
-       {"os.system", "GLOBAL"}},
+       {"os.system", "GLOBAL"}, 2},
       // A protocol 0 pickle: cos\nsystem\n(V...\ntR.
       {"Protocol0OsSystem", "636f730a73797374656d0a2856746f756368202f746d702f726a672d70776e65640a74522e",
-       {"GLOBAL", "PROTO", "os.system"}},
+       {"GLOBAL", "PROTO", "os.system"}, 0},
       // getattr(__import__('os'), 'system')(cmd).
       {"GetattrChain",
        "80048c086275696c74696e738c076765746174747293288c086275696c74696e738c0a5f5f696d706f72745f5f938c026f7385528c0673"
        "797374656d74528c14746f756368202f746d702f726a672d70776e656485522e",
-       {"builtins.getattr"}},
+       {"builtins.getattr"}, 21},
       // getattr(datetime's sys.modules.get('os'), 'system')(cmd): a dotted name behind an allowed module.
       {"DottedNameBehindAnAllowedModule",
        "80048c086275696c74696e738c076765746174747293288c086461746574696d658c0f7379732e6d6f64756c65732e676574938c026f73"
        "85528c0673797374656d74528c14746f756368202f746d702f726a672d70776e656485522e",
-       {"builtins.getattr", "datetime.sys"}},
+       {"builtins.getattr", "datetime.sys"}, 21},
       // The same with GLOBAL opcodes and collections._sys.
       {"DottedGlobalBehindCollections",
        "8004636275696c74696e730a676574617474720a2863636f6c6c656374696f6e730a5f7379732e6d6f64756c65732e6765740a8c026f73"
        "85528c0673797374656d74528c14746f756368202f746d702f726a672d70776e656485522e",
-       {"builtins.getattr", "GLOBAL", "collections._sys"}},
+       {"builtins.getattr", "GLOBAL", "collections._sys"}, 2},
       // INST 'os system' with MARKed arguments.
       {"InstOsSystem", "8004288c14746f756368202f746d702f726a672d70776e6564696f730a73797374656d0a2e",
-       {"INST", "os.system"}},
+       {"INST", "os.system"}, 25},
       // OBJ on STACK_GLOBAL posix system.
       {"ObjPosixSystem", "8004288c05706f7369788c0673797374656d938c14746f756368202f746d702f726a672d70776e65646f2e",
-       {"posix.system", "OBJ"}},
+       {"posix.system", "OBJ"}, 18},
       // The callable stored in the memo and fetched back before REDUCE.
       {"MemoizedCallable",
        "80048c05706f7369788c0673797374656d93943068008c14746f756368202f746d702f726a672d70776e656485522e",
-       {"posix.system"}},
+       {"posix.system"}, 17},
       // Hidden as the second element of a list.
       {"NestedInAList",
        "80049535000000000000005d94284b018c05706f736978948c0673797374656d9493948c14746f756368202f746d702f726a672d70776e"
        "65649485945294652e",
-       {"posix.system"}},
+       {"posix.system"}, 33},
       {"NewobjSubprocessPopen", "80048c0a73756270726f636573738c05506f70656e938c047472756585812e",
-       {"subprocess.Popen", "NEWOBJ"}},
-      {"Ext1Registry", "8004820129522e", {"EXT1"}},
+       {"subprocess.Popen", "NEWOBJ"}, 21},
+      {"Ext1Registry", "8004820129522e", {"EXT1"}, 2},
   };
 }
 
@@ -991,7 +1099,7 @@ class PickleTest : public HardeningTest {
   // The call is refused with -32017; the message names one of `names`, a byte offset (when
   // with_offset), the pickle key and the library; the worker never ran Echo.
   void expect_refused(RpcClient& c, const std::string& token, json::array args, const std::vector<std::string>& names,
-                      bool with_offset = true) {
+                      bool with_offset = true, std::optional<std::size_t> offset = std::nullopt) {
     auto before = echo_count(c, token);
     auto reply = c.run_keyword(token, "Echo", std::move(args));
     RJG_ASSERT_ERROR(reply, protocol::kPickleRefused);
@@ -1001,6 +1109,10 @@ class PickleTest : public HardeningTest {
     EXPECT_TRUE(named) << "the refusal names none of the expected classes or opcodes: " << msg;
     if (with_offset) {
       EXPECT_TRUE(std::regex_search(msg, std::regex(R"(byte \d+)"))) << "no offset: " << msg;
+    }
+    if (offset) {
+      EXPECT_TRUE(std::regex_search(msg, std::regex(fmt::format(R"(\b{}\b)", *offset))))
+          << "the offset " << *offset << " of the refused opcode is not named: " << msg;
     }
     EXPECT_TRUE(std::regex_search(msg, std::regex(R"(pickle\s*=)"))) << "no configuration key: " << msg;
     EXPECT_TRUE(contains(msg, "TestLibrary")) << "no library name: " << msg;
@@ -1019,7 +1131,7 @@ TEST_F(PickleTest, DataOnlyRefusesEveryRouteToCode) {
   auto [c, token] = session();
   for (const auto& p : malicious_pickles()) {
     SCOPED_TRACE(p.name);
-    expect_refused(c, token, json::array{pickled(p.hex)}, p.names);
+    expect_refused(c, token, json::array{pickled(p.hex)}, p.names, true, p.offset);
     // Nested anywhere: in a list, in a dict, as a keyword argument.
     expect_refused(c, token, json::array{json::array{1, json::object{{"deep", pickled(p.hex)}}}}, p.names);
   }
@@ -1108,6 +1220,7 @@ TEST_F(PickleTest, DataOnlyAdmitsBenignRobotValues) {
       ++files;
     }
   }
+  EXPECT_GT(files, 0u) << "no benign pickles found in " << dir.string() << " (shared/pickles/benign)";
   RecordProperty("benign_pickle_files", std::to_string(files));
 }
 

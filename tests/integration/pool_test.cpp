@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <regex>
 #include <set>
+#include <sstream>
 
 namespace rjg::test {
 namespace {
@@ -247,6 +248,41 @@ TEST_F(PoolPrewarmTest, StartsInTheBackgroundForEveryLibrary) {
   EXPECT_EQ(started_pids("WarmB").size(), 2u);
 }
 
+// Starts are spread: at most 4 workers start at once, gateway-wide. Six imports that each need a new
+// worker, while no start can finish (the workers wait at a gate in robot/initialize): four start, the
+// other two wait for a start to finish, and all six are served once the gate opens.
+TEST_F(PoolPrewarmTest, AtMostFourWorkersStartAtOnce) {
+  auto gated = test_library("Gated", {"--initialize-wait-file", gate("init")});
+  gated.startup_timeout = "60s";
+  start({gated});
+  std::vector<RpcClient> clients;
+  std::vector<json::value> imports;
+  for (int i = 0; i < 6; ++i) {
+    clients.push_back(connect());
+    clients.back().initialize();
+    imports.push_back(clients.back().send_request(protocol::kImportLibrary, json::object{{"name", "Gated"}}));
+    barrier(clients.back());
+  }
+  // Every import has reached the pool; a start, once begun, forks at once.
+  EXPECT_EQ(started_pids("Gated").size(), 4u) << "not 4 workers starting at once";
+  open_gate("init");
+  std::set<pid_t> pids;
+  for (std::size_t i = 0; i < clients.size(); ++i) {
+    auto reply = clients[i].wait_reply(imports[i]);
+    RJG_ASSERT_OK(reply);
+    pids.insert(pid_of(clients[i], token_of(reply)));
+  }
+  EXPECT_EQ(pids.size(), 6u);
+  auto started = started_pids("Gated");
+  ASSERT_EQ(started.size(), 6u);
+  // The fifth start began only after one of the first four had finished its start-up.
+  auto log = gateway().log();
+  auto first_ready = log.find("library Gated: worker pid ");
+  auto fifth_start = log.find(fmt::format("worker Gated[{}]: started", started[4]));
+  ASSERT_NE(first_ready, std::string::npos);
+  EXPECT_LT(first_ready, fifth_start) << "a fifth worker started while four were still starting";
+}
+
 // ================================================================================================
 // Shared workers
 
@@ -463,10 +499,10 @@ using PoolTimeoutTest = PoolTest;
 // A keyword that overruns keyword_timeout gets -32013 naming the setting; its worker is stopped (the
 // process is gone), later calls on the token say why, and a new import gets a new worker.
 TEST_F(PoolTimeoutTest, KeywordTimeoutEndsTheDedicatedWorker) {
-  start({pool_library("Slow", "keyword_timeout = \"1s\"\nshutdown_grace = \"1s\"\n")});
+  start({pool_library("Slow", "keyword_timeout = \"3s\"\nshutdown_grace = \"1s\"\n")});
   auto [c, token] = session("Slow");
   const pid_t pid = pid_of(c, token);
-  POOL_KEYWORD_OK(c.run_keyword(token, "Sleep", json::array{0.01}));  // within the limit
+  POOL_KEYWORD_OK(c.run_keyword(token, "Sleep", json::array{0.01}));  // well within the limit
 
   auto reply = c.run_keyword(token, "Sleep", json::array{30});
   RJG_ASSERT_ERROR(reply, protocol::kWorkerTimeout);
@@ -494,7 +530,7 @@ TEST_F(PoolTimeoutTest, KeywordTimeoutEndsTheDedicatedWorker) {
 // On a shared worker the timeout ends the worker and with it every import it held: the other session's
 // calls then fail with the reason, and its next import gets a new worker.
 TEST_F(PoolTimeoutTest, KeywordTimeoutOnASharedWorkerFailsItsOtherImports) {
-  start({pool_library("Slow", "isolation = \"shared\"\nkeyword_timeout = \"1s\"\nshutdown_grace = \"1s\"\n")});
+  start({pool_library("Slow", "isolation = \"shared\"\nkeyword_timeout = \"3s\"\nshutdown_grace = \"1s\"\n")});
   auto [a, token_a] = session("Slow");
   auto [b, token_b] = session("Slow");
   const pid_t pid = pid_of(a, token_a);
@@ -554,6 +590,20 @@ TEST_F(PoolRecycleTest, SharedWorkerDrainsAfterMaxKeywordsAndStopsAfterItsLastIm
   // The replacement serves on.
   POOL_KEYWORD_OK(c.run_keyword(token_c, "Echo", json::array{1}));
   EXPECT_FALSE(pid_gone(pid_c));
+}
+
+// A shared worker above max_rss drains after the keyword that found it so (any worker is above 1 MiB).
+TEST_F(PoolRecycleTest, SharedWorkerAboveMaxRssDrains) {
+  start({pool_library("Shared", "isolation = \"shared\"\nmax_rss = \"1MiB\"\n")});
+  auto [a, token_a] = session("Shared");
+  const pid_t pid = pid_of(a, token_a);
+  ASSERT_TRUE(log_eventually(fmt::format("worker Shared[{}]: draining: resident memory", pid)))
+      << "the worker did not drain above max_rss";
+  auto [b, token_b] = session("Shared");
+  EXPECT_NE(pid_of(b, token_b), pid) << "a draining worker took a new import";
+  POOL_KEYWORD_OK(a.run_keyword(token_a, "Echo", json::array{"still served"}));
+  a.close();
+  EXPECT_TRUE(wait_pid_gone(pid, 20s)) << "the drained worker did not stop after its last import ended";
 }
 
 // ================================================================================================
@@ -795,6 +845,23 @@ TEST_F(PoolHygieneTest, WorkerLeadsItsOwnProcessGroup) {
   }
 }
 
+// Inodes of the TCP sockets in LISTEN state on this machine (/proc/net/tcp and tcp6), as "socket:[N]".
+std::set<std::string> listening_sockets() {
+  std::set<std::string> out;
+  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream in(read_file(path));
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::vector<std::string> f;
+      for (std::string x; fields >> x;) f.push_back(x);
+      if (f.size() > 9 && f[3] == "0A") out.insert("socket:[" + f[9] + "]");
+    }
+  }
+  return out;
+}
+
 // A worker inherits stdin, stdout and stderr (pipes to the gateway) and nothing else: not the gateway's
 // listening socket, not a client's connection, not another worker's pipes.
 TEST_F(PoolHygieneTest, WorkerInheritsOnlyStdio) {
@@ -811,8 +878,12 @@ TEST_F(PoolHygieneTest, WorkerInheritsOnlyStdio) {
     auto targets = c.run_keyword(token, "Describe Fds");
     const json::value described = keyword_value(targets);
     EXPECT_EQ(keyword_value(fds), json::value(json::array{0, 1, 2})) << json::serialize(described);
-    for (const auto& [fd, target] : described.as_object())
+    const auto listening = listening_sockets();
+    for (const auto& [fd, target] : described.as_object()) {
       EXPECT_TRUE(target.as_string().starts_with("pipe:")) << "fd " << fd << " is " << target.as_string();
+      EXPECT_FALSE(listening.count(std::string(target.as_string())))
+          << "fd " << fd << " of the worker is a listening socket (" << target.as_string() << ")";
+    }
   }
 }
 
@@ -860,6 +931,9 @@ TEST_F(PoolHygieneTest, ServiceManagerVariablesDoNotReachTheWorker) {
 TEST_F(PoolHygieneTest, SigtermIgnoringWorkerAndItsChildAreKilledAfterFinalize) {
   // Orphans are re-parented to this process, so the child's end can be observed (and it gets reaped).
   ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  struct SubreaperOff {
+    ~SubreaperOff() { ::prctl(PR_SET_CHILD_SUBREAPER, 0); }
+  } subreaper_off;
   auto stubborn = test_library("Stubborn");
   stubborn.shutdown_grace = "1s";
   start({stubborn});

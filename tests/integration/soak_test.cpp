@@ -48,6 +48,18 @@ std::uint64_t rss_bytes(pid_t pid) {
   return 0;
 }
 
+// Socket descriptors a process holds ("fd->socket:[inode]" items).
+std::vector<std::string> sockets_of(pid_t pid) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+    std::error_code lec;
+    auto target = fs::read_symlink(entry.path(), lec).string();
+    if (!lec && target.rfind("socket:", 0) == 0) out.push_back(entry.path().filename().string() + "->" + target);
+  }
+  return out;
+}
+
 std::string mib(std::uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / kMiB); }
 
 struct Failures {
@@ -64,7 +76,8 @@ struct Failures {
 struct Stats {
   std::atomic<std::uint64_t> sessions{0}, requests{0}, answers{0}, abandoned{0}, logs{0}, keywords_ok{0},
       keyword_failures{0}, crashes{0}, disconnects_mid_keyword{0}, disconnects_mid_frame{0}, framing_errors{0},
-      json_errors{0}, handshake_timeouts{0}, pieces{0};
+      json_errors{0}, handshake_timeouts{0}, pieces{0}, completed{0}, completed_during_stall{0},
+      silent_ms_max{0};
   std::atomic<std::uint64_t> episodes[8]{};
 };
 
@@ -162,7 +175,14 @@ class SoakConn {
     std::sort(at.begin(), at.end());
     for (std::size_t i = 0; i + 1 < at.size(); ++i) {
       if (at[i + 1] == at[i]) continue;
-      client_.send_raw(std::string_view(bytes).substr(at[i], at[i + 1] - at[i]));
+      if (!write_error_.empty()) return;
+      try {
+        client_.send_raw(std::string_view(bytes).substr(at[i], at[i + 1] - at[i]));
+      } catch (const RpcError& e) {
+        // The gateway closed the connection (after a framing error, say); reading shows what it said.
+        write_error_ = e.what();
+        return;
+      }
       ++shared_.stats.pieces;
       if (i + 2 < at.size()) std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 2000)(rng_)));
     }
@@ -180,8 +200,9 @@ class SoakConn {
       }
       if (closed_ || Clock::now() >= deadline || !read_one(deadline)) {
         auto it = outstanding_.find(key);
-        fail(fmt::format("request {} ({}) got no answer{}", key, it != outstanding_.end() ? it->second : "?",
-                         closed_ ? " before the gateway closed the connection" : " within the bound"));
+        fail(fmt::format("request {} ({}) got no answer{}{}", key, it != outstanding_.end() ? it->second : "?",
+                         closed_ ? " before the gateway closed the connection" : " within the bound",
+                         write_error_.empty() ? "" : " (writing failed: " + write_error_ + ")"));
         return std::nullopt;
       }
     }
@@ -280,6 +301,7 @@ class SoakConn {
   std::map<std::string, Message> answers_;  // answered, not yet taken by wait()
   std::vector<Message> null_id_errors_;
   std::uint64_t logs_ = 0;
+  std::string write_error_;     // why writing failed, once it has
   bool closed_ = false;         // the gateway closed (EOF seen)
   bool client_closed_ = false;  // we hung up
 };
@@ -360,6 +382,7 @@ class Episodes {
     if (!c.drain_until_closed()) c.fail("the gateway did not close the connection after robot/exit");
     c.expect_all_answered("after robot/exit");
     for (const auto& m : c.null_id_errors()) c.fail("unexpected error without id: " + json::serialize(m.object));
+    ++shared_.stats.completed;
   }
 
   // A batch of pipelined keywords, each answer checked; adds the logs it asked for to expected_logs.
@@ -570,6 +593,7 @@ class Episodes {
 
   // A connection that never sends robot/initialize is closed at handshake_timeout with -32016.
   void silent() {
+    const auto began = Clock::now();
     SoakConn c(shared_, rng_, label("silent"));
     if (!c.drain_until_closed()) {
       c.fail("a silent connection was not closed at handshake_timeout");
@@ -582,6 +606,9 @@ class Episodes {
       c.fail("a silent connection was not told about handshake_timeout: " + got);
     }
     ++shared_.stats.handshake_timeouts;
+    const auto ms = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began).count());
+    shared_.stats.silent_ms_max = std::max(shared_.stats.silent_ms_max.load(), ms);
   }
 
   // Sends a huge log flood and does not read for `stall`; then reads it all (every log, in order,
@@ -592,7 +619,12 @@ class Episodes {
     if (token.empty()) return;
     get_pid(c, token);
     auto id = c.run(token, "Log Messages", json::array{kFloodLogs, kFloodLogSize});
+    const auto completed_before = shared_.stats.completed.load();
     std::this_thread::sleep_for(stall);
+    // Other sessions went on while this client did not read.
+    const auto completed = shared_.stats.completed.load() - completed_before;
+    if (read_afterwards) shared_.stats.completed_during_stall = completed;
+    if (completed == 0) c.fail("no other session completed while this client did not read");
     if (!read_afterwards) {
       c.abandon();
       return;
@@ -663,11 +695,23 @@ TEST_F(SoakTest, ManySessionsWithFaultsLeaveNothingBehind) {
   std::atomic<bool> sampling{true};
   std::uint64_t peak_rss = baseline_rss;
   std::size_t peak_fds = baseline_fds, peak_children = 0;
+  // Workers (children past exec) seen holding a socket: the gateway's client connections or listener.
+  std::set<pid_t> holding_sockets;
+  std::string holding_example;
   std::thread sampler([&] {
     while (sampling) {
       peak_rss = std::max(peak_rss, rss_bytes(gw));
       peak_fds = std::max(peak_fds, open_fd_count(gw).value_or(0));
-      peak_children = std::max(peak_children, children_of(gw).size());
+      auto children = children_of(gw);
+      peak_children = std::max(peak_children, children.size());
+      for (const auto& child : children) {
+        if (child.comm.rfind("robot-test-wor", 0) != 0 || holding_sockets.count(child.pid)) continue;
+        auto sockets = sockets_of(child.pid);
+        if (sockets.empty()) continue;
+        holding_sockets.insert(child.pid);
+        if (holding_example.empty())
+          for (const auto& sck : sockets) holding_example += fmt::format(" {}", sck);
+      }
       std::this_thread::sleep_for(100ms);
     }
   });
@@ -738,6 +782,13 @@ TEST_F(SoakTest, ManySessionsWithFaultsLeaveNothingBehind) {
   EXPECT_LT(final_rss, after_rss + 16 * kMiB)
       << "RSS kept growing after the soak: " << mib(after_rss) << " -> " << mib(final_rss);
 
+  // A worker runs library code: it must hold none of the gateway's sockets (another session's
+  // connection, the listener), else the gateway's own closes do not reach clients while it lives.
+  EXPECT_TRUE(holding_sockets.empty()) << holding_sockets.size()
+                                       << " workers held sockets of the gateway; e.g. pid "
+                                       << (holding_sockets.empty() ? 0 : *holding_sockets.begin()) << ":"
+                                       << holding_example;
+
   // Every request was answered exactly once, or abandoned by a client that hung up.
   auto& s = shared.stats;
   EXPECT_EQ(s.requests.load(), s.answers.load() + s.abandoned.load());
@@ -753,14 +804,19 @@ TEST_F(SoakTest, ManySessionsWithFaultsLeaveNothingBehind) {
 
   const std::string figures = fmt::format(
       "soak: {:.0f} s, {} threads, {} sessions ({} normal, {} crash, {} disconnect mid-keyword, {} mid-frame, {} "
-      "framing error, {} bad JSON episodes; {} silent), {} requests, {} answers, {} abandoned by clients, {} logs "
-      "relayed, {} keywords ok, {} keyword failures, {} crashes, {} frame pieces; workers seen {}, peak children {}; "
-      "gateway RSS baseline {}, peak {}, after {}, after 20 more sessions {}; fds baseline {}, peak {}, after {}",
+      "framing error, {} bad JSON episodes; {} silent, closed after at most {} ms), {} requests, {} answers, {} abandoned by clients, {} logs "
+      "relayed, {} keywords ok, {} keyword failures, {} crashes, {} frame pieces, {} sessions completed while a client "
+      "did not read; workers seen {}, peak children {}; "
+      "gateway RSS baseline {}, peak {}, after {}, after 20 more sessions {}; fds baseline {}, peak {}, after {}; "
+      "workers seen holding a gateway socket {}",
       soak_seconds, kThreads, s.sessions.load(), s.episodes[0].load(), s.episodes[1].load(), s.episodes[2].load(),
       s.episodes[3].load(), s.episodes[4].load(), s.episodes[5].load(), s.handshake_timeouts.load(),
+      s.silent_ms_max.load(),
       s.requests.load(), s.answers.load(), s.abandoned.load(), s.logs.load(), s.keywords_ok.load(),
-      s.keyword_failures.load(), s.crashes.load(), s.pieces.load(), shared.pids.pids.size(), peak_children,
-      mib(baseline_rss), mib(peak_rss), mib(after_rss), mib(final_rss), baseline_fds, peak_fds, fds);
+      s.keyword_failures.load(), s.crashes.load(), s.pieces.load(), s.completed_during_stall.load(),
+      shared.pids.pids.size(), peak_children,
+      mib(baseline_rss), mib(peak_rss), mib(after_rss), mib(final_rss), baseline_fds, peak_fds, fds,
+      holding_sockets.size());
   std::cout << figures << std::endl;
   RecordProperty("figures", figures);
 

@@ -108,38 +108,23 @@ void Session::handle(std::string_view body) {
 }
 
 void Session::dispatch(const Message& message) {
-  struct Route {
-    Handler handler;
-    bool is_request;
-  };
-  static const std::map<std::string_view, Route> routes = {
-      {protocol::kInitialize, {&Session::on_initialize, true}},
-      {protocol::kInitialized, {&Session::on_initialized, false}},
-      {protocol::kImportLibrary, {&Session::on_import_library, true}},
-      {protocol::kRunKeyword, {&Session::on_run_keyword, true}},
-      {protocol::kFinalizeLibrary, {&Session::on_finalize_library, true}},
-      {protocol::kShutdown, {&Session::on_shutdown, true}},
-      {protocol::kExit, {&Session::on_exit, false}},
+  static const std::map<std::string_view, Handler> handlers = {
+      {protocol::kInitialize, &Session::on_initialize},
+      {protocol::kInitialized, &Session::on_initialized},
+      {protocol::kImportLibrary, &Session::on_import_library},
+      {protocol::kRunKeyword, &Session::on_run_keyword},
+      {protocol::kFinalizeLibrary, &Session::on_finalize_library},
+      {protocol::kShutdown, &Session::on_shutdown},
+      {protocol::kExit, &Session::on_exit},
   };
   const bool is_request = message.kind == Message::Kind::request;
-  auto route = routes.find(message.method());
-  if (route == routes.end()) {
-    if (is_request)
-      reply_error(message.id(), protocol::kMethodNotFound, fmt::format("Method '{}' not found", message.method()));
-    else
-      log::debug("ignoring unknown notification '{}'", message.method());
-    return;
-  }
-  if (route->second.is_request != is_request) {
-    if (is_request)
-      reply_error(message.id(), protocol::kInvalidRequest,
-                  fmt::format("'{}' is a notification and must not carry an id", message.method()));
-    else
-      log::warn("ignoring '{}' sent as a notification: it is a request and needs an id", message.method());
+  if (auto problem = check_client_method(message)) {
+    if (problem->answer) reply_error(message.id(), problem->code, problem->message);
+    else log::debug("ignoring: {}", problem->message);
     return;
   }
   try {
-    (this->*route->second.handler)(message);
+    (this->*handlers.at(message.method()))(message);
   } catch (const std::exception& e) {
     // Handlers answer before anything can throw; this is for bugs (or bad_alloc), and must not end
     // the session.

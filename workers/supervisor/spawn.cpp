@@ -13,9 +13,11 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -62,6 +64,18 @@ std::vector<std::string> build_environment(const config::Library& library) {
   return env;
 }
 
+// Closes [low, high] in the child (async-signal-safe: no allocation).
+void close_fds(unsigned low, unsigned high) {
+  if (low > high) return;
+  if (::syscall(SYS_close_range, low, high, 0) == 0) return;
+  // Kernels before 5.9: one by one, up to the descriptor limit.
+  struct rlimit rl {};
+  unsigned max = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                     ? static_cast<unsigned>(std::min<rlim_t>(rl.rlim_cur, 1u << 20))
+                     : 65536u;
+  for (unsigned fd = low; fd <= high && fd < max; ++fd) ::close(static_cast<int>(fd));
+}
+
 // Runs in the child between fork and exec: new process group, default signal state, working directory.
 struct WorkerSetup {
   std::vector<const char*> envp;
@@ -80,7 +94,8 @@ struct WorkerSetup {
     return {};
   }
 
-  bp::error_code on_exec_setup(bp::posix::default_launcher&, const bp::filesystem::path&, const char* const*) {
+  bp::error_code on_exec_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&,
+                               const char* const*) {
     // Its own group, so the gateway can signal the worker and everything it started at once, and a
     // Ctrl-C on the gateway's terminal is not delivered to workers behind the gateway's back.
     if (::setpgid(0, 0) != 0) return {errno, bp::system_category()};
@@ -91,6 +106,18 @@ struct WorkerSetup {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    // Only stdin, stdout and stderr go to the worker (and the launcher's exec-error pipe, close-on-exec).
+    // Boost 1.81's own close_all skips every descriptor below the highest one it keeps, so another
+    // worker's pipes or a client's socket would leak into this worker; close them here instead.
+    int kept = 2;
+    for (;;) {
+      int next = INT_MAX;
+      for (int fd : launcher.fd_whitelist)
+        if (fd > kept && fd < next) next = fd;
+      close_fds(static_cast<unsigned>(kept) + 1, next == INT_MAX ? ~0u : static_cast<unsigned>(next) - 1);
+      if (next == INT_MAX) break;
+      kept = next;
+    }
     if (cwd && ::chdir(cwd) != 0) return {errno, bp::system_category()};
     // Limits apply to the worker and what it starts; a failure here fails the start, not the gateway.
     // 0 means "not set", except for core_size, where 0 (no core dumps) is the usual wish.

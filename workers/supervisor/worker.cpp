@@ -110,6 +110,8 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor exe
     }
   } catch (const WorkerError& e) {
     failure = e;
+    if (e.code == protocol::kWorkerTimeout)
+      failure.emplace(e.code, std::string(e.what()) + " (startup_timeout); it was stopped.", e.data);
   }
   if (failure) {
     co_await worker->stop("the handshake failed", false);
@@ -154,8 +156,8 @@ asio::awaitable<Message> Worker::call(std::string_view method, json::value param
 std::string Worker::unavailable(const std::string& what) const {
   if (!death_.empty())
     return fmt::format("Cannot run {}: {}. Import the library again to get a new worker.", what, death_);
-  return fmt::format("Cannot run {}: the worker of library '{}' (pid {}) is being stopped.", what, library_.name,
-                     pid_);
+  return fmt::format("Cannot run {}: the worker of library '{}' (pid {}) is being stopped ({}).", what,
+                     library_.name, pid_, stop_reason_);
 }
 
 asio::awaitable<Message> Worker::request(std::string_view method, json::value params,
