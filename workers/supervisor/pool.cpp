@@ -142,7 +142,7 @@ asio::awaitable<Lease> LibraryPool::acquire() {
 asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prewarm) {
   ++starting_;
   ++owner_.live_;  // reserve the capacity now, so concurrent imports cannot overshoot the caps
-  co_await owner_.begin_start();
+  co_await owner_.begin_start(!for_prewarm);
   std::shared_ptr<Worker> worker;
   std::optional<WorkerError> failure;
   try {
@@ -168,6 +168,7 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
   slot.born = clock::now();
   slot.max_keywords = jittered(library_.max_keywords);
   slot.max_age = jittered(library_.max_age);
+  slot.max_rss = jittered(library_.max_rss);
   slots_[worker.get()] = slot;
   workers_.push_back(worker);
   log::info("library {}: worker pid {} ready ({}; {} live)", library_.name, worker->pid(),
@@ -255,9 +256,9 @@ void LibraryPool::keyword_done(const std::shared_ptr<Worker>& worker) {
     drain(worker, slot, fmt::format("served {} keywords (max_keywords {})", slot.keywords, library_.max_keywords));
   else if (slot.max_age.count() && clock::now() - slot.born >= slot.max_age)
     drain(worker, slot, fmt::format("older than max_age {}", duration_text(library_.max_age)));
-  else if (library_.max_rss) {
+  else if (slot.max_rss) {
     auto rss = worker->resident_bytes();
-    if (rss > library_.max_rss)
+    if (rss > slot.max_rss)
       drain(worker, slot, fmt::format("resident memory {} MiB above max_rss {} MiB", rss >> 20, library_.max_rss >> 20));
   }
 }
@@ -341,23 +342,24 @@ bool WorkerPools::evict_idle_prewarmed(const LibraryPool* except) {
   return false;
 }
 
-asio::awaitable<void> WorkerPools::begin_start() {
+asio::awaitable<void> WorkerPools::begin_start(bool for_import) {
   if (starts_in_progress_ < kMaxConcurrentStarts) {
     ++starts_in_progress_;
     co_return;
   }
   auto turn = std::make_shared<AsyncEvent>(executor_);
-  start_waiters_.push_back(turn);
+  (for_import ? import_start_waiters_ : prewarm_start_waiters_).push_back(turn);
   co_await turn->wait();  // end_start() hands its turn over
 }
 
 void WorkerPools::end_start() {
-  if (start_waiters_.empty()) {
+  auto& queue = !import_start_waiters_.empty() ? import_start_waiters_ : prewarm_start_waiters_;
+  if (queue.empty()) {
     --starts_in_progress_;
     return;
   }
-  auto next = std::move(start_waiters_.front());
-  start_waiters_.pop_front();
+  auto next = std::move(queue.front());
+  queue.pop_front();
   next->set();
 }
 

@@ -58,6 +58,7 @@ class LibraryPool {
     std::chrono::steady_clock::time_point born;
     std::uint64_t max_keywords = 0;  // with jitter
     std::chrono::milliseconds max_age{0};
+    std::uint64_t max_rss = 0;
     bool draining = false;
   };
 
@@ -105,8 +106,9 @@ class WorkerPools {
   void capacity_changed();
   // Frees capacity for a waiting import by stopping an idle prewarmed worker of another library.
   bool evict_idle_prewarmed(const LibraryPool* except);
-  // At most this many workers start at the same time, gateway-wide.
-  asio::awaitable<void> begin_start();
+  // At most this many workers start at the same time, gateway-wide; an import waiting for a start
+  // goes before prewarming, which can wait.
+  asio::awaitable<void> begin_start(bool for_import);
   void end_start();
 
   asio::any_io_executor executor_;
@@ -117,7 +119,8 @@ class WorkerPools {
   std::size_t live_ = 0;
   std::deque<std::shared_ptr<AsyncEvent>> capacity_waiters_;
   std::size_t starts_in_progress_ = 0;
-  std::deque<std::shared_ptr<AsyncEvent>> start_waiters_;
+  std::deque<std::shared_ptr<AsyncEvent>> import_start_waiters_;
+  std::deque<std::shared_ptr<AsyncEvent>> prewarm_start_waiters_;
   AsyncEvent all_gone_;
 };
 

@@ -112,7 +112,11 @@ ErrorMode parse_mode(const std::string& mode) {
   if (mode == "abort") std::abort();
   if (mode == "sigkill") ::kill(::getpid(), SIGKILL);
   if (mode == "exit") ::_exit(code);
-  if (mode == "segv") ::raise(SIGSEGV);
+  if (mode == "segv") {
+    // Die by the signal itself, even where a sanitizer runtime has installed a SIGSEGV handler.
+    ::signal(SIGSEGV, SIG_DFL);
+    ::raise(SIGSEGV);
+  }
   // kill() and raise() return only if the signal is somehow not fatal; make sure we still die.
   ::_exit(code);
 }
