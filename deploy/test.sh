@@ -30,7 +30,9 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
   # Its own log, so that the ctest summary above stays the only one in this output.
   log=$asan_build/ctest.log
   if (cd "$asan_build" && ctest --output-on-failure --timeout 600 -j2 >"$log" 2>&1); then
-    echo "sanitizers: $(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' "$log") tests clean under ASan and UBSan" >&2
+    passed=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' "$log" || true)
+    skipped=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*Skipped' "$log" || true)
+    echo "sanitizers: $passed tests clean under ASan and UBSan ($skipped skipped; log: $log)" >&2
   else
     # The failing tests with their output: the sanitizer report names the file, line and stack.
     grep -vE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' "$log" >&2 || true

@@ -1,4 +1,5 @@
-// Fuzzes parse_message, the single place where a frame body becomes a classified message.
+// Fuzzes parse_message, the single place where a frame body becomes a classified message, and
+// check_client_method, which routes it.
 //
 // Input: one frame body (any bytes). Invariants: no crash or sanitizer report; a failure is -32700 or
 // -32600 with a message, and its id is null or a valid id (string or number); a Message serialized
@@ -103,14 +104,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)rjg::id_to_string(id);
   switch (message.kind) {
     case Message::Kind::request:
-      RJG_FUZZ_CHECK(valid_id(id), "a request with an invalid id: " + describe(id));
-      (void)message.method();
-      (void)message.params();
-      break;
     case Message::Kind::notification:
-      RJG_FUZZ_CHECK(!message.object.contains("id"), "a notification with an id");
-      (void)message.method();
+      if (message.kind == Message::Kind::request)
+        RJG_FUZZ_CHECK(valid_id(id), "a request with an invalid id: " + describe(id));
+      else
+        RJG_FUZZ_CHECK(!message.object.contains("id"), "a notification with an id");
       (void)message.params();
+      // The dispatch check both servers use: unknown method or wrong kind, answered only for requests.
+      if (auto unroutable = rjg::check_client_method(message)) {
+        RJG_FUZZ_CHECK(unroutable->code == rjg::protocol::kMethodNotFound ||
+                           unroutable->code == rjg::protocol::kInvalidRequest,
+                       "check_client_method gave code " + std::to_string(unroutable->code));
+        RJG_FUZZ_CHECK(unroutable->answer == (message.kind == Message::Kind::request),
+                       "check_client_method answers a notification or not a request");
+        RJG_FUZZ_CHECK(!unroutable->message.empty(), "check_client_method without a message");
+      }
       break;
     case Message::Kind::response:
       RJG_FUZZ_CHECK(valid_id(id), "a response with an invalid id: " + describe(id));
@@ -126,7 +134,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   // Serialized and classified again: same kind, same id.
   const std::string text = json::serialize(message.object);
-  const Message again = expect_message(rjg::parse_message(text), "the re-serialized message");
+  const Message again = expect_message(rjg::parse_message(text), "the re-serialized message " + text);
   RJG_FUZZ_CHECK(again.kind == message.kind, "re-classified as another kind: " + text);
   RJG_FUZZ_CHECK(same(again.id(), id), "re-classified with another id: " + text);
   RJG_FUZZ_CHECK(same(again.object, message.object), "re-parsed to another object: " + text);

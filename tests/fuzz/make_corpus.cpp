@@ -145,7 +145,7 @@ void add_handmade_messages(Corpus& messages) {
   for (const char* m : {
            R"({"jsonrpc":"2.0","id":1,"method":"robot/run_keyword","params":{"library_token":"t","name":"k","args":[1,2.5,"x",null,true]}})",
            R"({"jsonrpc":"2.0","method":"robot/log","params":{"message":"m","level":"INFO","html":false}})",
-           R"({"jsonrpc":"2.0","id":"7","result":{"return":{"__pickled__":"80049505000000000000004b012e"}}})",
+           R"({"jsonrpc":"2.0","id":"7","result":{"return":{"__pickled__":"80049503000000000000004b012e"}}})",
            R"({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}})",
            R"({"jsonrpc":"2.0","id":1.5e300,"result":null})",
            R"({"jsonrpc":"2.0","id":18446744073709551615,"method":"m"})",
@@ -191,6 +191,14 @@ shutdown_grace = "1h"
   configs.add("[[library]]\nname = \"A B\"\ncommand = [\"\\u0000\"]\nenv = { \"1BAD\" = 2 }\n[[library]]\nname = \"A B\"\n");
 }
 
+// Protocol-4 pickles of 1, [] and {'a': 1}, for when ../shared is absent.
+void add_handmade_pickles(Corpus& pickles) {
+  using namespace std::string_literals;
+  pickles.add("\x80\x04\x95\x03\x00\x00\x00\x00\x00\x00\x00K\x01."s);
+  pickles.add("\x80\x04]\x94."s);
+  pickles.add("\x80\x04}\x94\x8c\x01" "a\x94K\x01s."s);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -205,6 +213,7 @@ int main(int argc, char** argv) {
   add_handmade_frames(frames);
   add_handmade_messages(messages);
   add_handmade_configs(configs);
+  add_handmade_pickles(pickles);
   for (const auto& file : files_with_extension(config_dir, ".toml")) configs.add(read_file(file));
 
   std::error_code ec;
