@@ -4,10 +4,27 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace rjg {
 namespace {
 const json::value kNull;
 const json::object kEmptyObject;
+
+bool all_finite(const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::double_: return std::isfinite(v.get_double());
+    case json::kind::array:
+      for (const auto& e : v.get_array())
+        if (!all_finite(e)) return false;
+      return true;
+    case json::kind::object:
+      for (const auto& m : v.get_object())
+        if (!all_finite(m.value())) return false;
+      return true;
+    default: return true;
+  }
+}
 
 bool valid_id(const json::value& v) { return v.is_string() || v.is_int64() || v.is_uint64() || v.is_double(); }
 }  // namespace
@@ -55,6 +72,10 @@ Classified parse_message(std::string_view body, const JsonLimits& limits) {
                            : fmt::format("Parse error: {}", ec.message());
     return ProtocolError{protocol::kParseError, std::move(what), nullptr};
   }
+  // Boost.JSON reads 1e400 as infinity and would write it back as "Infinity", which no JSON parser
+  // (a worker, a client) accepts: refuse it here, where the sender can still be told.
+  if (!all_finite(value))
+    return ProtocolError{protocol::kParseError, "Parse error: a number is out of the range of a double", nullptr};
   return classify(std::move(value));
 }
 

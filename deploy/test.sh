@@ -31,7 +31,7 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
   log=$asan_build/ctest.log
   if (cd "$asan_build" && ctest --output-on-failure --timeout 600 -j2 >"$log" 2>&1); then
     passed=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' "$log" || true)
-    skipped=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*Skipped' "$log" || true)
+    skipped=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*Skipped' "$log" || true)
     echo "sanitizers: $passed tests clean under ASan and UBSan ($skipped skipped; log: $log)" >&2
   else
     # The failing tests with their output: the sanitizer report names the file, line and stack.

@@ -282,3 +282,16 @@ TEST(Message, AccessorsOnEachKind) {
 }
 
 }  // namespace
+
+// Boost.JSON reads 1e400 as infinity and would write "Infinity", which is not JSON: refused at once.
+TEST(MessageTest, NumbersBeyondADoubleAreAParseError) {
+  for (const char* body : {R"({"jsonrpc":"2.0","id":1e400,"method":"robot/initialize"})",
+                           R"({"jsonrpc":"2.0","id":"1","method":"robot/run_keyword","params":{"args":[-1e400]}})"}) {
+    auto classified = rjg::parse_message(body);
+    ASSERT_TRUE(std::holds_alternative<rjg::ProtocolError>(classified)) << body;
+    EXPECT_EQ(std::get<rjg::ProtocolError>(classified).code, rjg::protocol::kParseError) << body;
+    EXPECT_TRUE(std::get<rjg::ProtocolError>(classified).id.is_null()) << body;
+  }
+  EXPECT_TRUE(std::holds_alternative<rjg::Message>(
+      rjg::parse_message(R"({"jsonrpc":"2.0","id":"1","method":"robot/run_keyword","params":{"args":[1e300]}})")));
+}

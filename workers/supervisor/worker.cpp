@@ -290,7 +290,11 @@ asio::awaitable<void> Worker::handle_frame(std::string body) {
     case Message::Kind::response:
     case Message::Kind::error_response: {
       const auto& id = message.id();
-      if (in_flight_ && id.is_int64() && id.get_int64() == in_flight_->id && !in_flight_->reply) {
+      // An error with a null id is a worker that could not read our request at all: it belongs to the
+      // call in flight (one at a time), which must not wait forever for another answer.
+      const bool ours = (id.is_int64() && in_flight_ && id.get_int64() == in_flight_->id) ||
+                        (id.is_null() && message.kind == Message::Kind::error_response);
+      if (in_flight_ && ours && !in_flight_->reply) {
         in_flight_->reply = std::move(message);
         in_flight_->done.set();
       } else {
