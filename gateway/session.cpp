@@ -17,6 +17,9 @@ namespace protocol = rjg::protocol;
 namespace {
 // The client's write queue may hold this much before relaying a worker's logs waits for the client.
 constexpr std::size_t kClientHighWater = 4u << 20;
+// Requests one connection may have unanswered at once. The real client sends one at a time; the cap
+// bounds what a pipelining client can make the gateway hold (each up to max_message_bytes).
+constexpr std::size_t kMaxRequestsInFlight = 64;
 // How long a worker may take to answer robot/finalize_library (its cleanup) before it is stopped anyway.
 constexpr auto kFinalizeTimeout = std::chrono::seconds(30);
 // How long closing a connection waits for its queued answers to be written.
@@ -75,6 +78,7 @@ std::string check_optional(const json::object& o, std::string_view key, bool wan
 Reply::Reply(std::shared_ptr<Session> session, json::value id, std::string method)
     : session_(std::move(session)), id_(std::move(id)), method_(std::move(method)) {
   session_->context_.request_started();
+  ++session_->requests_in_flight_;
 }
 
 Reply::Reply(Reply&& other) noexcept
@@ -99,6 +103,7 @@ bool Reply::claim() {
   }
   answered_ = true;
   session_->context_.request_finished();
+  --session_->requests_in_flight_;
   return true;
 }
 
@@ -252,6 +257,13 @@ void Session::dispatch(Message message) {
   if (message.kind == Message::Kind::response || message.kind == Message::Kind::error_response) {
     log::warn("{}: ignored a response from the client (id {}): the gateway sends no requests to clients", name_,
               id_to_string(message.id()));
+    return;
+  }
+  if (message.kind == Message::Kind::request && requests_in_flight_ >= kMaxRequestsInFlight) {
+    send(make_error(message.id(), protocol::kAtCapacity,
+                    fmt::format("Too many requests in flight on this connection ({} unanswered); wait for answers "
+                                "before sending more.",
+                                kMaxRequestsInFlight)));
     return;
   }
   if (auto problem = check_client_method(message)) {

@@ -99,6 +99,7 @@ class Session : public workers::CallObserver, public std::enable_shared_from_thi
   bool initialize_received_ = false;
   bool initialized_received_ = false;
   bool closing_ = false;
+  std::size_t requests_in_flight_ = 0;  // unanswered requests of this connection
   std::size_t background_ = 0;  // imports, keywords and worker stops still running for this session
   AsyncEvent background_done_;
   AsyncEvent closed_;

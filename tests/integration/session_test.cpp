@@ -503,5 +503,33 @@ TEST_F(SessionTest, TokensAreValidOnlyOnTheirConnectionAndUntilFinalized) {
   RJG_ASSERT_KEYWORD_OK(b_ok);
 }
 
+// A client that pipelines requests gets at most 64 of them in flight; each one beyond is answered at
+// once with -32014, in order, and the connection stays usable.
+TEST_F(SessionTest, PipelinedRequestsBeyondTheCapAreRefusedAtOnce) {
+  start();
+  auto [c, token] = session();
+  std::string frames;
+  for (int i = 0; i < 100; ++i) {
+    frames += encode_frame(json::serialize(json::object{
+        {"jsonrpc", "2.0"}, {"id", "p" + std::to_string(i)}, {"method", "robot/run_keyword"},
+        {"params", json::object{{"library_token", token}, {"name", "Sleep"}, {"args", json::array{30}}}}}));
+  }
+  c.send_raw(frames);
+  // The first 64 wait behind a 30 s keyword; the other 36 are refused without waiting for them.
+  std::vector<std::string> refused;
+  while (refused.size() < 36) {
+    auto m = c.read_message(std::chrono::seconds(20));
+    ASSERT_TRUE(m) << "only " << refused.size() << " refusals arrived";
+    ASSERT_EQ(m->kind, Message::Kind::error_response) << json::serialize(m->object);
+    EXPECT_EQ(m->error().at("code").as_int64(), protocol::kAtCapacity) << json::serialize(m->object);
+    refused.emplace_back(m->id().as_string());
+  }
+  for (int i = 0; i < 36; ++i) EXPECT_EQ(refused[i], "p" + std::to_string(64 + i));
+  c.close();
+  auto [c2, t2] = session();
+  RJG_EXPECT_OK(c2.run_keyword(t2, "Echo", json::array{1}));
+}
+
+
 }  // namespace
 }  // namespace rjg::test
