@@ -70,16 +70,6 @@ int error_code_of(const Message& m) {
   return it != err.end() && it->value().is_int64() ? static_cast<int>(it->value().get_int64()) : 0;
 }
 
-// Resident memory of a process in bytes, from /proc/PID/status (0 if unreadable).
-std::uint64_t rss_bytes(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/status", pid));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 // ------------------------------------------------------------------------------------------------
 // A raw TCP connection from a chosen local address, for bytes and behaviours RpcClient never shows:
 // the exact bytes received (or none at all), half-closing, trickling.

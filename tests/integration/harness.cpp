@@ -256,6 +256,15 @@ std::vector<ProcInfo> children_of(pid_t parent) {
   return out;
 }
 
+std::uint64_t rss_bytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
 std::optional<std::size_t> open_fd_count(pid_t pid) {
   std::error_code ec;
   fs::directory_iterator it(fmt::format("/proc/{}/fd", pid), ec);

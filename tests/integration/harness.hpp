@@ -118,6 +118,8 @@ std::optional<ProcInfo> proc_info(pid_t pid);
 std::vector<ProcInfo> children_of(pid_t parent);
 // Number of open file descriptors of a process (entries of /proc/PID/fd); nullopt if unreadable.
 std::optional<std::size_t> open_fd_count(pid_t pid);
+// Resident memory of a process in bytes, from /proc/PID/status (0 if unreadable).
+std::uint64_t rss_bytes(pid_t pid);
 // "fd -> target" lines for a process's descriptors, for failure messages.
 std::string describe_fds(pid_t pid);
 // The process's command line, arguments separated by spaces ("" if gone).

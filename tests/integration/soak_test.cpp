@@ -39,15 +39,6 @@ std::chrono::seconds soak_duration() {
   return std::chrono::seconds(seconds > 0 ? seconds : 40);
 }
 
-std::uint64_t rss_bytes(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/status", pid));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 // Socket descriptors a process holds ("fd->socket:[inode]" items).
 std::vector<std::string> sockets_of(pid_t pid) {
   std::vector<std::string> out;
