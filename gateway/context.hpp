@@ -1,7 +1,7 @@
 // What every session shares: configuration, routing, the reaper, and the gateway-wide drain state.
 #pragma once
 
-#include "common/async_event.hpp"
+#include "common/runtime/async_event.hpp"
 #include "config/config.hpp"
 #include "gateway/router.hpp"
 #include "workers/supervisor/pool.hpp"

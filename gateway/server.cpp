@@ -1,9 +1,9 @@
 #include "gateway/server.hpp"
 
-#include "common/framing.hpp"
+#include "common/protocol/framing.hpp"
 #include "common/log.hpp"
-#include "common/message.hpp"
-#include "common/protocol.hpp"
+#include "common/protocol/message.hpp"
+#include "common/protocol/protocol.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/write.hpp>

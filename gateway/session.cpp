@@ -1,8 +1,8 @@
 #include "gateway/session.hpp"
 
 #include "common/log.hpp"
-#include "common/pickle_policy.hpp"
-#include "common/protocol.hpp"
+#include "common/pickle/pickle_policy.hpp"
+#include "common/protocol/protocol.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 

@@ -4,9 +4,9 @@
 // never blocks the connection (or any other).
 #pragma once
 
-#include "common/framing.hpp"
-#include "common/message.hpp"
-#include "common/write_queue.hpp"
+#include "common/protocol/framing.hpp"
+#include "common/protocol/message.hpp"
+#include "common/runtime/write_queue.hpp"
 #include "gateway/context.hpp"
 #include "gateway/token_map.hpp"
 

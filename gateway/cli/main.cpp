@@ -1,7 +1,7 @@
 // robot-jsonrpc-cli: talks the Robot Framework JSON-RPC remote protocol to any server (the gateway
 // or the reference server) from a shell: list libraries, show keywords, run one keyword.
-#include "common/client.hpp"
-#include "common/protocol.hpp"
+#include "gateway/cli/client.hpp"
+#include "common/protocol/protocol.hpp"
 
 #include <boost/json.hpp>
 #include <fmt/format.h>

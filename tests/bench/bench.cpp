@@ -1,7 +1,7 @@
 // rjg-bench: the cost of the gateway per keyword call. Starts the real gateway (serving the test
 // worker) and the same test worker directly over TCP, then runs Echo calls through both, measured
 // alternately in rounds so that machine noise hits both alike. Prints a table; never fails on numbers.
-#include "common/client.hpp"
+#include "gateway/cli/client.hpp"
 #include "tests/integration/harness.hpp"
 
 #include <fmt/format.h>

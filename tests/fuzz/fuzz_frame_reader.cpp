@@ -17,7 +17,7 @@
 // "Content-Type: ..." glued after noise is dropped with the noise when the whole stream is there
 // (skip_to_header resynchronizes on "Content-Length" only), but kept as a header when the noise
 // arrived in an earlier read. The frames are the same either way; only the stray-output log differs.
-#include "common/framing.hpp"
+#include "common/protocol/framing.hpp"
 
 #include "fuzz_common.hpp"
 

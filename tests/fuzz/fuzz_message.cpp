@@ -13,9 +13,9 @@
 // A number too large for a double (1e400) would parse as infinity and serialize as `Infinity`, which
 // is not JSON: parse_message refuses it, and this target checks that nothing non-finite gets through
 // (RJG_FUZZ_TOLERATE_NONFINITE=1 turns that check off).
-#include "common/message.hpp"
+#include "common/protocol/message.hpp"
 
-#include "common/protocol.hpp"
+#include "common/protocol/protocol.hpp"
 #include "fuzz_common.hpp"
 
 #include <algorithm>

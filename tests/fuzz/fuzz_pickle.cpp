@@ -5,7 +5,7 @@
 // and an offset inside the pickle; the verdict is deterministic; tighter limits never admit what the
 // default limits refuse; the JSON inspector agrees with the raw scanner (same verdict, reason and
 // offset, at the right path), "deny" refuses and "allow" admits.
-#include "common/pickle_policy.hpp"
+#include "common/pickle/pickle_policy.hpp"
 
 #include "fuzz_common.hpp"
 

@@ -1,7 +1,7 @@
 // GoogleTest fixture: one real gateway per test, its log printed when the test fails.
 #pragma once
 
-#include "common/protocol.hpp"
+#include "common/protocol/protocol.hpp"
 #include "tests/integration/harness.hpp"
 
 #include <gtest/gtest.h>

@@ -3,7 +3,7 @@
 // next normal session. Deadlines only bound waits; nothing here depends on how fast anything is.
 #include "tests/integration/gateway_test.hpp"
 
-#include "common/framing.hpp"
+#include "common/protocol/framing.hpp"
 #include "common/log.hpp"
 
 #include <arpa/inet.h>

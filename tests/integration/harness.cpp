@@ -1,6 +1,6 @@
 #include "tests/integration/harness.hpp"
 
-#include "common/protocol.hpp"
+#include "common/protocol/protocol.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 // A client session through the real gateway: handshake, import, keyword calls, ids, errors, logs.
 #include "tests/integration/gateway_test.hpp"
 
-#include "common/framing.hpp"
+#include "common/protocol/framing.hpp"
 
 #include <fmt/format.h>
 

@@ -8,7 +8,7 @@
 // RJG_SOAK_SECONDS overrides how long new episodes are started (default 40).
 #include "tests/integration/gateway_test.hpp"
 
-#include "common/framing.hpp"
+#include "common/protocol/framing.hpp"
 
 #include <fmt/format.h>
 #include <sys/wait.h>

@@ -1,6 +1,6 @@
 // Golden-frame tests of the Content-Length codec: real traffic from shared/traces, split at every
 // byte position, plus every framing fault we know of (clangd test/protocol.test, too_large.test).
-#include "common/framing.hpp"
+#include "common/protocol/framing.hpp"
 
 #include <boost/json.hpp>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // The JSON-RPC message model: every recorded body classified, ids round-tripped, and each way a
 // body can be invalid answered with the right code and, when readable, the right id.
-#include "common/message.hpp"
-#include "common/protocol.hpp"
+#include "common/protocol/message.hpp"
+#include "common/protocol/protocol.hpp"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 // Malicious pickles are hex literals here: the ones named "python" were made by pickle.dumps of a class
 // whose __reduce__ returns (os.system, ("id",)) (or eval, subprocess.Popen); the rest are built by hand
 // with the small builders below, opcode by opcode.
-#include "common/pickle_policy.hpp"
+#include "common/pickle/pickle_policy.hpp"
 
 #include <boost/json.hpp>
 #include <gtest/gtest.h>

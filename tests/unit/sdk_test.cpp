@@ -2,8 +2,8 @@
 // machine driven in memory through Session, and one whole session through serve_stream.
 #include "workers/sdk/sdk.hpp"
 
-#include "common/framing.hpp"
-#include "common/protocol.hpp"
+#include "common/protocol/framing.hpp"
+#include "common/protocol/protocol.hpp"
 
 #include <gtest/gtest.h>
 

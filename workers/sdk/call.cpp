@@ -1,7 +1,7 @@
 // Call: what a keyword body sees of its invocation.
 #include "workers/sdk/sdk.hpp"
 
-#include "common/protocol.hpp"
+#include "common/protocol/protocol.hpp"
 
 #include <fmt/format.h>
 

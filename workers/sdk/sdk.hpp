@@ -11,7 +11,7 @@
 #pragma once
 
 #include "common/log.hpp"
-#include "common/message.hpp"
+#include "common/protocol/message.hpp"
 
 #include <boost/json.hpp>
 

@@ -2,7 +2,7 @@
 // that the gateway spawns, TCP (a thread per connection) for running a library on its own.
 #include "workers/sdk/sdk.hpp"
 
-#include "common/framing.hpp"
+#include "common/protocol/framing.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -3,7 +3,7 @@
 // an unknown keyword gets a helpful message).
 #include "workers/sdk/sdk.hpp"
 
-#include "common/protocol.hpp"
+#include "common/protocol/protocol.hpp"
 
 #include <cxxabi.h>
 #include <fmt/format.h>

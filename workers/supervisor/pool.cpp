@@ -1,7 +1,7 @@
 #include "workers/supervisor/pool.hpp"
 
 #include "common/log.hpp"
-#include "common/protocol.hpp"
+#include "common/protocol/protocol.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 

@@ -3,7 +3,7 @@
 // and the gateway-wide cap.
 #pragma once
 
-#include "common/async_event.hpp"
+#include "common/runtime/async_event.hpp"
 #include "config/config.hpp"
 #include "workers/supervisor/reaper.hpp"
 #include "workers/supervisor/worker.hpp"

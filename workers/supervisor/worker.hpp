@@ -2,10 +2,10 @@
 // relay to the caller, stray-output tolerance, death detection, and a graceful-then-forceful stop.
 #pragma once
 
-#include "common/async_event.hpp"
-#include "common/framing.hpp"
-#include "common/message.hpp"
-#include "common/write_queue.hpp"
+#include "common/runtime/async_event.hpp"
+#include "common/protocol/framing.hpp"
+#include "common/protocol/message.hpp"
+#include "common/runtime/write_queue.hpp"
 #include "config/config.hpp"
 #include "workers/supervisor/reaper.hpp"
 #include "workers/supervisor/spawn.hpp"

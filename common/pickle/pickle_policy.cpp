@@ -1,4 +1,4 @@
-#include "common/pickle_policy.hpp"
+#include "common/pickle/pickle_policy.hpp"
 
 #include "common/log.hpp"
 

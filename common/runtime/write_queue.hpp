@@ -4,7 +4,7 @@
 // can wait for room (back-pressure) instead of growing memory without bound.
 #pragma once
 
-#include "common/async_event.hpp"
+#include "common/runtime/async_event.hpp"
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/write.hpp>

@@ -1,6 +1,6 @@
-#include "common/message.hpp"
+#include "common/protocol/message.hpp"
 
-#include "common/protocol.hpp"
+#include "common/protocol/protocol.hpp"
 
 #include <fmt/format.h>
 

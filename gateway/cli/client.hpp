@@ -2,7 +2,7 @@
 // One thread, synchronous sockets, a deadline on every read and write so nothing can hang forever.
 #pragma once
 
-#include "common/message.hpp"
+#include "common/protocol/message.hpp"
 
 #include <boost/json.hpp>
 

@@ -1,7 +1,7 @@
-#include "common/client.hpp"
+#include "gateway/cli/client.hpp"
 
-#include "common/framing.hpp"
-#include "common/protocol.hpp"
+#include "common/protocol/framing.hpp"
+#include "common/protocol/protocol.hpp"
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>

@@ -1,4 +1,4 @@
-#include "common/framing.hpp"
+#include "common/protocol/framing.hpp"
 
 #include "common/log.hpp"
 
