@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz) with clang, ASan and UBSan into build-fuzz/ (or $BUILD_DIR),
-# writes their seed corpora from ../shared and config/, and runs each for FUZZ_SECONDS (default 20).
+# writes their seed corpora from tests/data and config/, and runs each for FUZZ_SECONDS (default 20).
 # Exits non-zero if any target crashes, hangs, leaks or breaks an invariant, naming the reproducer.
 #
 #   deploy/fuzz.sh                          every target, 20 s each
@@ -13,7 +13,7 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$top/build-fuzz}
 seconds=${FUZZ_SECONDS:-20}
-shared=${RJG_SHARED_DIR:-$top/../shared}
+data=$top/tests/data
 
 "$top/deploy/install-deps.sh"
 cmake -S "$top" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
@@ -21,7 +21,7 @@ cmake -S "$top" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C
 cmake --build "$build" -j"$(nproc)" --target fuzz_all
 
 corpus=$build/fuzz/corpus
-"$build/bin/fuzz_make_corpus" "$corpus" "$shared" "$top/config"
+"$build/bin/fuzz_make_corpus" "$corpus" "$data" "$top/config"
 
 if (($#)); then
   targets=("$@")

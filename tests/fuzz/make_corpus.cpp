@@ -1,16 +1,17 @@
 // fuzz_make_corpus: writes the seed corpora of the fuzz targets, one file per seed.
 //
-//   fuzz_make_corpus OUT_DIR SHARED_DIR CONFIG_DIR
+//   fuzz_make_corpus OUT_DIR DATA_DIR CONFIG_DIR
 //
 // OUT_DIR/fuzz_frame_reader  every recorded body framed as the peers framed it, each connection's
 //                            stream in both directions (strict, lenient, split into chunks), and
 //                            hand-made framing faults
 // OUT_DIR/fuzz_message       every recorded body, and a few hand-made messages
 // OUT_DIR/fuzz_config        CONFIG_DIR/*.toml and a few hand-made configurations
-// OUT_DIR/fuzz_pickle        SHARED_DIR/pickles/benign/*.pkl and every {"__pickled__": hex} value in
+// OUT_DIR/fuzz_pickle        DATA_DIR/pickles/benign/*.pkl and every {"__pickled__": hex} value in
 //                            the traces, decoded
 //
-// SHARED_DIR (../shared beside the repository) may be absent: the hand-made seeds are still written.
+// DATA_DIR is the repository's test fixtures (tests/data: traces/*.jsonl, pickles/benign/*.pkl). If it
+// is absent, the hand-made seeds are still written.
 // A C++ tool rather than a script because trace bodies are JSON-escaped strings.
 #include <boost/json.hpp>
 
@@ -158,6 +159,11 @@ void add_handmade_messages(Corpus& messages) {
            R"({"jsonrpc":"2.0","id":"\u0000\ud83d\ude00","method":"\u00e9"})",
            R"({"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}")",
            R"({"jsonrpc":"2.0","id":1,"id":2,"method":"m"})",
+           // Texts the message model keeps byte for byte: number spellings, escapes, white space, unknown
+           // fields, error data; and a lone surrogate escape, which classification refuses.
+           R"({ "jsonrpc" : "2.0" , "id" : 1E+2 , "method" : "robot\/run_keyword" , "params" : {"args":[-0.0,18446744073709551617,1234567890123456789012345678901234567890]} } )",
+           R"({"jsonrpc":"2.0","id":"\u00e9\/","result":"\ud800","x-extra":{"n":1e-400}})",
+           R"({"jsonrpc":"2.0","id":7,"error":{"code":-32001.5,"message":"\"quoted\"","data":{"traceback":"\u0000"}}})",
        })
     messages.add(m);
 }
@@ -191,7 +197,7 @@ shutdown_grace = "1h"
   configs.add("[[library]]\nname = \"A B\"\ncommand = [\"\\u0000\"]\nenv = { \"1BAD\" = 2 }\n[[library]]\nname = \"A B\"\n");
 }
 
-// Protocol-4 pickles of 1, [] and {'a': 1}, for when ../shared is absent.
+// Protocol-4 pickles of 1, [] and {'a': 1}, for when DATA_DIR is absent.
 void add_handmade_pickles(Corpus& pickles) {
   using namespace std::string_literals;
   pickles.add("\x80\x04\x95\x03\x00\x00\x00\x00\x00\x00\x00K\x01."s);
@@ -203,10 +209,10 @@ void add_handmade_pickles(Corpus& pickles) {
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s OUT_DIR SHARED_DIR CONFIG_DIR\n", argv[0]);
+    std::fprintf(stderr, "usage: %s OUT_DIR DATA_DIR CONFIG_DIR\n", argv[0]);
     return 2;
   }
-  const fs::path out(argv[1]), shared(argv[2]), config_dir(argv[3]);
+  const fs::path out(argv[1]), data(argv[2]), config_dir(argv[3]);
   Corpus frames(out / "fuzz_frame_reader"), messages(out / "fuzz_message"), configs(out / "fuzz_config"),
       pickles(out / "fuzz_pickle");
 
@@ -217,10 +223,10 @@ int main(int argc, char** argv) {
   for (const auto& file : files_with_extension(config_dir, ".toml")) configs.add(read_file(file));
 
   std::error_code ec;
-  if (!fs::is_directory(shared, ec)) {
-    std::fprintf(stderr, "fuzz_make_corpus: %s is absent; hand-made seeds only\n", shared.c_str());
+  if (!fs::is_directory(data, ec)) {
+    std::fprintf(stderr, "fuzz_make_corpus: %s is absent; hand-made seeds only\n", data.c_str());
   } else {
-    for (const auto& file : files_with_extension(shared / "traces", ".jsonl")) {
+    for (const auto& file : files_with_extension(data / "traces", ".jsonl")) {
       // Each connection's stream per direction, in recorded order.
       std::map<std::string, std::string> streams;
       std::ifstream in(file);
@@ -248,7 +254,7 @@ int main(int argc, char** argv) {
         frames.add(frame_seed(false, 1, {64, 13}, stream));
       }
     }
-    for (const auto& file : files_with_extension(shared / "pickles" / "benign", ".pkl")) pickles.add(read_file(file));
+    for (const auto& file : files_with_extension(data / "pickles" / "benign", ".pkl")) pickles.add(read_file(file));
   }
 
   for (const Corpus* c : {&frames, &messages, &configs, &pickles})

@@ -1,4 +1,4 @@
-// Golden-frame tests of the Content-Length codec: real traffic from shared/traces, split at every
+// Golden-frame tests of the Content-Length codec: real traffic from tests/data/traces, split at every
 // byte position, plus every framing fault we know of (clangd test/protocol.test, too_large.test).
 #include "common/protocol/framing.hpp"
 
@@ -75,10 +75,10 @@ class GoldenFrames : public ::testing::TestWithParam<Mode> {
  protected:
   void SetUp() override {
     std::filesystem::path dir(RJG_TRACES_DIR);
-    if (!std::filesystem::is_directory(dir)) GTEST_SKIP() << "trace folder " << dir << " is absent";
+    ASSERT_TRUE(std::filesystem::is_directory(dir)) << "fixture missing: trace folder " << dir;
     for (auto name : kTraceFiles) {
       auto file = dir / name;
-      if (!std::filesystem::exists(file)) GTEST_SKIP() << "trace file " << file << " is absent";
+      ASSERT_TRUE(std::filesystem::exists(file)) << "fixture missing: trace file " << file;
       auto bodies = load_bodies(file);
       ASSERT_FALSE(bodies.empty()) << file;
       bodies_.insert(bodies_.end(), bodies.begin(), bodies.end());

@@ -1,4 +1,4 @@
-// The pickle policy: real pickles of Robot data (shared/pickles/benign and the recorded traces) pass the
+// The pickle policy: real pickles of Robot data (tests/data/pickles/benign and the recorded traces) pass the
 // data-only check, and every route to running code we know of is refused, with a message that says
 // what, where, and which configuration key changes it.
 //
@@ -102,7 +102,7 @@ std::string read_file(const std::filesystem::path& p) {
 
 TEST(PickleCorpus, EveryBenignPickleIsAdmitted) {
   std::filesystem::path dir(RJG_PICKLES_DIR);
-  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "benign pickles folder " << dir << " is absent";
+  ASSERT_TRUE(std::filesystem::is_directory(dir)) << "fixture missing: benign pickles folder " << dir;
   int files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.path().extension() != ".pkl") continue;
@@ -118,9 +118,11 @@ TEST(PickleCorpus, EveryBenignPickleIsAdmitted) {
 // Every proper prefix of a real pickle is a truncated stream: refused, and never read out of bounds.
 TEST(PickleCorpus, EveryTruncationOfABenignPickleIsRefused) {
   std::filesystem::path dir(RJG_PICKLES_DIR);
-  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "benign pickles folder " << dir << " is absent";
+  ASSERT_TRUE(std::filesystem::is_directory(dir)) << "fixture missing: benign pickles folder " << dir;
+  int files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.path().extension() != ".pkl") continue;
+    ++files;
     auto data = read_file(entry.path());
     std::vector<std::size_t> cuts;
     if (data.size() <= 4096) {
@@ -134,6 +136,7 @@ TEST(PickleCorpus, EveryTruncationOfABenignPickleIsRefused) {
       EXPECT_TRUE(check(std::string_view(data).substr(0, n)).has_value())
           << entry.path().filename() << " cut at " << n << " was admitted";
   }
+  EXPECT_GT(files, 0) << "fixture missing: no .pkl file in " << dir;
 }
 
 int count_pickled(const json::value& v) {
@@ -149,10 +152,11 @@ int count_pickled(const json::value& v) {
 
 TEST(PickleCorpus, EveryPickledValueInTheTracesIsAdmitted) {
   std::filesystem::path dir(RJG_TRACES_DIR);
-  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "traces folder " << dir << " is absent";
-  int pickled = 0, denied = 0;
+  ASSERT_TRUE(std::filesystem::is_directory(dir)) << "fixture missing: traces folder " << dir;
+  int files = 0, pickled = 0, denied = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.path().extension() != ".jsonl") continue;
+    ++files;
     std::ifstream in(entry.path());
     std::string line;
     while (std::getline(in, line)) {
@@ -175,6 +179,7 @@ TEST(PickleCorpus, EveryPickledValueInTheTracesIsAdmitted) {
       }
     }
   }
+  EXPECT_GT(files, 0) << "fixture missing: no .jsonl file in " << dir;
   EXPECT_GE(pickled, 28);
   EXPECT_EQ(denied, pickled);  // one pickled value per body in these traces
 }
