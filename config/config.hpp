@@ -1,7 +1,9 @@
-// The gateway's configuration model, loaded from TOML and validated strictly at start-up.
+// The gateway's configuration model, loaded from TOML and validated strictly at start-up. The initial
+// value of each field is the default of its key; the keys themselves are declared in keys.cpp.
 #pragma once
 
-#include <array>
+#include "config/network.hpp"  // ListenAddress, Network
+
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -14,13 +16,6 @@
 namespace rjg::config {
 
 using Duration = std::chrono::milliseconds;
-
-// One address to listen on, from "tcp://HOST:PORT" (HOST may be an IPv6 literal in brackets).
-struct ListenAddress {
-  std::string host;  // "127.0.0.1", "localhost" or an IPv6 address without its brackets ("::1")
-  unsigned short port = 0;
-  std::string text;  // as written, for log lines
-};
 
 // How imports of a library map to worker processes.
 enum class Isolation {
@@ -45,6 +40,8 @@ struct ResourceLimits {
   std::uint64_t core_size = 0;      // RLIMIT_CORE, bytes; applied only when core_size_set
   bool core_size_set = false;       // core_size was configured (core_size = 0 is valid: no core dumps)
   bool any() const { return address_space || open_files || cpu_seconds || processes || core_size_set; }
+
+  bool operator==(const ResourceLimits&) const = default;
 };
 
 struct Library {
@@ -72,27 +69,12 @@ struct Library {
   PicklePolicy pickle = PicklePolicy::data_only;
 
   int source_line = 0;  // where the [[library]] table starts
-};
 
-// One network of [gateway] allow_from, from "10.0.0.0/8", "192.168.1.7" (= /32), "::1/128" or "fd00::/8".
-// Host bits below the prefix are allowed in the text and cleared in bytes. An IPv4-mapped IPv6 network
-// with a prefix of at least 96 ("::ffff:10.0.0.0/104") is stored as the IPv4 network (10.0.0.0/8).
-struct Network {
-  std::string text;  // as written, for log lines
-  bool v6 = false;
-  std::array<unsigned char, 16> bytes{};  // network address in network byte order; IPv4 uses the first 4
-  int prefix = 0;                         // 0-32 (IPv4) or 0-128 (IPv6)
-
-  // Whether the address (textual, as from a socket: "10.1.2.3", "::1", "::ffff:10.1.2.3", "fe80::1%eth0")
-  // is in this network. IPv4-mapped IPv6 addresses count as their IPv4 address, and an IPv4 address
-  // counts as its mapped form for an IPv6 network (so "::/0" contains every address). Invalid text: false.
-  bool contains(std::string_view ip_text) const;
-  // Same, from raw bytes in network byte order: 16 bytes when v6, else 4.
-  bool contains_bytes(bool v6, const unsigned char* bytes) const;
+  bool operator==(const Library&) const = default;
 };
 
 struct Gateway {
-  std::vector<ListenAddress> listen;
+  std::vector<ListenAddress> listen{{"127.0.0.1", 8271, "tcp://127.0.0.1:8271"}};
   std::string log_level = "info";
   Duration drain_timeout{std::chrono::seconds(30)};  // on SIGTERM: how long keywords in flight may finish
   std::size_t max_message_bytes = 64u * 1024 * 1024;
@@ -108,6 +90,8 @@ struct Gateway {
   std::size_t max_sessions = 1024;                        // connections at once; 0: none
   std::size_t max_sessions_per_client = 64;               // per source address; 0: none
   std::vector<Network> allow_from;                        // CIDR networks; empty: every address
+
+  bool operator==(const Gateway&) const = default;
 };
 
 struct Config {
@@ -137,12 +121,11 @@ std::optional<std::uint64_t> parse_size(std::string_view text);
 std::string_view to_string(Isolation isolation);
 std::string_view to_string(PicklePolicy policy);
 
-// Parses "tcp://HOST:PORT" (HOST: IPv4 literal, localhost, or [IPv6]; PORT 0-65535, 0 picks a free port).
-// Returns nullopt if invalid, and says why in *why when given.
-std::optional<ListenAddress> parse_listen_address(std::string_view text, std::string* why = nullptr);
-
-// Parses "ADDRESS" or "ADDRESS/PREFIX" (IPv4 or IPv6 literal, no brackets). Returns nullopt if invalid, and
-// says why in *why when given.
-std::optional<Network> parse_network(std::string_view text, std::string* why = nullptr);
+// The configuration reference in Markdown: the keys of each table, with type, default, allowed values and
+// what each does. README.md holds it between these marker lines (a unit test checks that it is up to date),
+// and robot-jsonrpc-config-reference prints it with them.
+std::string reference_markdown();
+inline constexpr const char* kReferenceBegin = "<!-- config-reference:begin -->\n";
+inline constexpr const char* kReferenceEnd = "<!-- config-reference:end -->\n";
 
 }  // namespace rjg::config

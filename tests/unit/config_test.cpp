@@ -9,6 +9,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -193,7 +194,7 @@ name = "Dot"
 command = ["./workers/calc", "./not-resolved-argument"]
 [[library]]
 name = "Up"
-command = ["../shared/bin/worker"]
+command = ["../tools/bin/worker"]
 [[library]]
 name = "Plain"
 command = ["robot-example-strings"]
@@ -203,7 +204,7 @@ command = ["/opt/venvs/web/bin/python"]
 )");
   EXPECT_EQ(config.libraries[0].command[0], (dir_ / "workers/calc").string());
   EXPECT_EQ(config.libraries[0].command[1], "./not-resolved-argument");  // only the program is resolved
-  EXPECT_EQ(config.libraries[1].command[0], (dir_.parent_path() / "shared/bin/worker").string());
+  EXPECT_EQ(config.libraries[1].command[0], (dir_.parent_path() / "tools/bin/worker").string());
   EXPECT_EQ(config.libraries[2].command[0], "robot-example-strings");
   EXPECT_EQ(config.libraries[3].command[0], "/opt/venvs/web/bin/python");
 }
@@ -1273,6 +1274,85 @@ TEST_F(ConfigTest, BundledExampleHasTheDefaultPoolSettings) {
     EXPECT_EQ(library.pickle, PicklePolicy::data_only);
     EXPECT_EQ(library.queue_timeout, minimal.libraries[0].queue_timeout);
   }
+}
+
+// ---- The configuration reference ----
+
+// README.md holds the reference rendered from the key declarations: it must never drift from them.
+TEST(ConfigReference, ReadmeIsUpToDate) {
+  std::ifstream in(RJG_README);
+  ASSERT_TRUE(in) << "cannot read " << RJG_README;
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string readme = text.str();
+  const std::string begin_marker = rjg::config::kReferenceBegin, end_marker = rjg::config::kReferenceEnd;
+  auto begin = readme.find(begin_marker);
+  auto end = readme.find(end_marker);
+  ASSERT_NE(begin, std::string::npos) << "no line " << begin_marker << "in " << RJG_README;
+  ASSERT_NE(end, std::string::npos) << "no line " << end_marker << "in " << RJG_README;
+  ASSERT_LT(begin, end);
+  begin += begin_marker.size();
+  const std::string generated = rjg::config::reference_markdown();
+  const std::string written = readme.substr(begin, end - begin);
+  if (written == generated) return;
+  std::istringstream a(written), b(generated);
+  std::string line_written, line_generated;
+  int line = 1;
+  while (std::getline(a, line_written) && std::getline(b, line_generated) && line_written == line_generated) ++line;
+  ADD_FAILURE() << "The configuration reference in " << RJG_README << " is out of date (from line " << line
+                << " after the begin marker on). Replace it, markers included, with this text (which "
+                << "robot-jsonrpc-config-reference prints too):\n"
+                << begin_marker << generated << end_marker;
+}
+
+// Every default the reference gives as a value is valid, and is the default: writing it changes nothing.
+TEST_F(ConfigTest, EveryDefaultInTheReferenceIsTheDefault) {
+  auto plain = load(kMinimal);
+  auto without_line = [](rjg::config::Library library) {
+    library.source_line = 0;
+    return library;
+  };
+  std::istringstream reference(rjg::config::reference_markdown());
+  std::string line, table;
+  int checked = 0;
+  while (std::getline(reference, line)) {
+    if (line.starts_with("### ")) table = line;
+    // | `key` | type | `default` (what it means) | range | what it does |
+    if (!line.starts_with("| `")) continue;
+    auto key = line.substr(3, line.find('`', 3) - 3);
+    auto cell = line.substr(line.find(" | ", line.find(" | ") + 3) + 3);
+    if (!cell.starts_with("`")) continue;  // "required", "not set"...
+    auto value = cell.substr(1, cell.find('`', 1) - 1);
+    SCOPED_TRACE(table + ": " + key + " = " + value);
+    ++checked;
+    if (table.starts_with("### `[gateway]`")) {
+      EXPECT_EQ(load("[gateway]\n" + key + " = " + value + "\n" + kMinimal).gateway, plain.gateway);
+    } else if (table.starts_with("### `[defaults]`")) {
+      EXPECT_EQ(without_line(load("[defaults]\n" + key + " = " + value + "\n" + kMinimal).libraries.at(0)),
+                without_line(plain.libraries[0]));
+      EXPECT_EQ(load(kMinimal + key + " = " + value + "\n").libraries.at(0), plain.libraries[0]);
+    } else if (table.starts_with("### `[[library]]`")) {
+      EXPECT_EQ(load(kMinimal + key + " = " + value + "\n").libraries.at(0), plain.libraries[0]);
+    } else {
+      ADD_FAILURE() << "a default in an unexpected table";
+    }
+  }
+  EXPECT_GE(checked, 25);
+}
+
+TEST(ConfigReference, ListsEveryKeyWithItsRange) {
+  const std::string reference = rjg::config::reference_markdown();
+  for (std::string_view row : {
+           "| `listen` | array of strings | `[\"tcp://127.0.0.1:8271\"]` |",
+           "| `max_message_bytes` | integer | `67108864` | 1 to 1073741824 (1 GiB) |",
+           "| `max_workers` | integer | `256` | at least 0 (0: no cap) |",
+           "| `name` | string | required |",
+           "| `keyword_timeout` | duration | `0` (none) | 0 (none) or at least 10ms |",
+           "| `max_rss` | size | `0` (never) | 0 (never) or at least 1MiB |",
+           "| `pickle` | string | `\"data-only\"` | `allow`, `data-only`, `deny` |",
+           "| `address_space` | size | not set | at least 16MiB |",
+       })
+    EXPECT_NE(reference.find(row), std::string::npos) << row << " not in:\n" << reference;
 }
 
 struct SizeCase {

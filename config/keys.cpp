@@ -1,0 +1,504 @@
+// The configuration keys. Adding a key: a field in the model (config.hpp, with its default), and one entry
+// below; the loader, the unknown-key messages and the reference in README.md follow from the entry.
+#include "config/keys.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <set>
+
+// Entries set only the fields they need (designated initializers); the others keep their defaults on purpose.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace rjg::config::detail {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::uint64_t kMiB = 1024u * 1024;
+
+// ---- Helpers that make an entry for a key of a common type ----
+
+// The default as written in the file, and what a 0 means when 0 is special.
+std::string code(std::string_view text, std::string_view zero = {}) {
+  return fmt::format("`{}`{}", text, zero.empty() ? "" : fmt::format(" ({})", zero));
+}
+
+struct IntegerRule {
+  std::int64_t min = 0;
+  std::int64_t max = kNoMax;
+  std::string_view zero;      // what 0 means ("no cap"), when 0 is allowed; shown as "(0: no cap)"
+  std::string_view note;      // else shown after the range ("1 MiB")
+  std::string_view expected;  // for a value that is not an integer, instead of the range
+  std::string_view unset;     // for the reference: what a key left out means, instead of the default value
+};
+
+template <class Model, class Field>
+Key<Model> integer(std::string_view name, Field Model::*field, IntegerRule rule, std::string_view doc) {
+  std::string note = rule.zero.empty() ? std::string(rule.note) : fmt::format("0: {}", rule.zero);
+  std::string range =
+      rule.max == kNoMax ? fmt::format("at least {}", rule.min) : fmt::format("{} to {}", rule.min, rule.max);
+  if (!note.empty()) range += fmt::format(" ({})", note);
+  auto value = Model{}.*field;
+  return {.name = name,
+          .type = "integer",
+          .default_text = !rule.unset.empty() ? std::string(rule.unset)
+                                              : code(std::to_string(value), value == 0 ? rule.zero : ""),
+          .range = range,
+          .doc = doc,
+          .load = [=](Reader& reader, const toml::node& node, const std::string& key, Model& model) {
+            if (auto i = reader.get_integer(node, key, rule.min, rule.max, note, rule.expected))
+              model.*field = static_cast<Field>(*i);
+          }};
+}
+
+struct DurationRule {
+  bool nonzero = false;   // 0 is refused (a timeout that has no "none")
+  Duration min{0};        // else: 0, or at least this (a shorter one is surely a unit mistake)
+  std::string_view zero;  // what 0 means ("none")
+};
+
+template <class Model>
+Key<Model> duration(std::string_view name, Duration Model::*field, DurationRule rule, std::string_view doc) {
+  std::string zero = rule.zero.empty() ? "" : fmt::format(" ({})", rule.zero);
+  std::string range = rule.nonzero ? "at least 1ms"
+                      : rule.min.count() > 0 ? fmt::format("0{} or at least {}ms", zero, rule.min.count())
+                      : rule.zero.empty() ? "any"
+                                          : fmt::format("any (0: {})", rule.zero);
+  Duration value = Model{}.*field;
+  return {.name = name,
+          .type = "duration",
+          .default_text =
+              value.count() == 0 ? code("0", rule.zero) : code(fmt::format("\"{}\"", format_duration(value))),
+          .range = range,
+          .doc = doc,
+          .load = [=](Reader& reader, const toml::node& node, const std::string& key, Model& model) {
+            auto d = reader.get_duration(node, key);
+            if (!d) return;
+            if (rule.nonzero && d->count() == 0)
+              return reader.problem(
+                  node.source(), fmt::format("'{}' is 0; expected a duration of at least 1ms, such as \"10s\"", key));
+            if (d->count() > 0 && *d < rule.min)
+              return reader.problem(
+                  node.source(), fmt::format("'{}' = {}ms is shorter than {}ms, surely a unit mistake; expected 0{} "
+                                             "or at least {}ms (a number without a unit is seconds: 30 or \"30s\")",
+                                             key, d->count(), rule.min.count(), zero, rule.min.count()));
+            model.*field = *d;
+          }};
+}
+
+struct SizeRule {
+  bool zero_ok = true;
+  std::uint64_t min = 0;   // 1 to min - 1 are refused: the unit was surely forgotten
+  std::string_view zero;   // what 0 means ("never")
+  std::string_view unset;  // for the reference: what a key left out means, instead of the default value
+};
+
+template <class Model>
+Key<Model> size(std::string_view name, std::uint64_t Model::*field, SizeRule rule, std::string_view doc) {
+  std::string zero = rule.zero.empty() ? "" : fmt::format(" ({})", rule.zero);
+  std::string range = !rule.zero_ok   ? fmt::format("at least {}", format_size(rule.min))
+                      : rule.min > 0  ? fmt::format("0{} or at least {}", zero, format_size(rule.min))
+                      : zero.empty()  ? "any"
+                                      : fmt::format("any (0: {})", rule.zero);
+  std::uint64_t value = Model{}.*field;
+  return {.name = name,
+          .type = "size",
+          .default_text = !rule.unset.empty() ? std::string(rule.unset)
+                          : value == 0        ? code("0", rule.zero)
+                                              : code(fmt::format("\"{}\"", format_size(value))),
+          .range = range,
+          .doc = doc,
+          .load = [=](Reader& reader, const toml::node& node, const std::string& key, Model& model) {
+            if (auto s = reader.get_size(node, key, rule.zero_ok, rule.min)) model.*field = *s;
+          }};
+}
+
+// One of a few names (`what`: "a pickle policy"); with hints, messages suggest the name a near miss was
+// meant to be.
+template <class Model, class Field, class Value, std::size_t N>
+Key<Model> choice(std::string_view name, Field Model::*field, const std::pair<std::string_view, Value> (&values)[N],
+                  std::string_view what, std::string_view doc, bool hints = true) {
+  std::array<std::string_view, N> names;
+  std::string range, default_text;
+  for (std::size_t i = 0; i < N; ++i) {
+    names[i] = values[i].first;
+    range += fmt::format("{}`{}`", i == 0 ? "" : ", ", names[i]);
+    if (Model{}.*field == values[i].second) default_text = code(fmt::format("\"{}\"", names[i]));
+  }
+  return {.name = name,
+          .type = "string",
+          .default_text = default_text,
+          .range = range,
+          .doc = doc,
+          .load = [=, &values](Reader& reader, const toml::node& node, const std::string& key, Model& model) {
+            if (auto i = reader.get_choice(node, key, what, names, hints)) model.*field = Field(values[*i].second);
+          }};
+}
+
+// ---- Keys with a shape of their own ----
+
+// log_level stays text in the model (the log module reads it), so each name maps to itself.
+constexpr std::pair<std::string_view, std::string_view> kLogLevels[] = {
+    {"debug", "debug"}, {"info", "info"}, {"warn", "warn"}, {"error", "error"}};
+
+void load_listen(Reader& reader, const toml::node& node, const std::string& key, Gateway& gateway) {
+  auto* array = node.as_array();
+  if (!array) return reader.wrong_type(node, key, "an array of strings such as [\"tcp://127.0.0.1:8271\"]");
+  std::vector<ListenAddress> listen;
+  std::set<std::pair<std::string, unsigned short>> seen;
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const toml::node& element = *array->get(i);
+    auto element_key = fmt::format("{}[{}]", key, i);
+    auto text = reader.get_string(element, element_key);
+    if (!text) continue;
+    std::string why;
+    auto address = parse_listen_address(*text, &why);
+    if (!address) {
+      reader.problem(element.source(), fmt::format("'{}' = \"{}\" is not a listen address: {}; expected "
+                                                   "\"tcp://HOST:PORT\" with HOST an IPv4 address, localhost or "
+                                                   "[IPv6], for example \"tcp://127.0.0.1:8271\"",
+                                                   element_key, *text, why));
+      continue;
+    }
+    if (address->port != 0 && !seen.emplace(address->host, address->port).second) {
+      reader.problem(element.source(),
+                     fmt::format("'{}' = \"{}\" is listed twice; expected each address once", element_key, *text));
+      continue;
+    }
+    listen.push_back(std::move(*address));
+  }
+  if (array->empty())
+    reader.problem(node.source(), fmt::format("'{}' is empty; expected at least one \"tcp://HOST:PORT\" address", key));
+  gateway.listen = std::move(listen);
+}
+
+void load_allow_from(Reader& reader, const toml::node& node, const std::string& key, Gateway& gateway) {
+  auto* array = node.as_array();
+  if (!array) return reader.wrong_type(node, key, "an array of strings such as [\"10.0.0.0/8\", \"::1\"]");
+  std::vector<Network> networks;
+  std::vector<std::size_t> indices;  // allow_from index of each network kept
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const toml::node& element = *array->get(i);
+    auto element_key = fmt::format("{}[{}]", key, i);
+    auto text = reader.get_string(element, element_key);
+    if (!text) continue;
+    std::string why;
+    auto network = parse_network(*text, &why);
+    if (!network) {
+      reader.problem(element.source(), fmt::format("'{}' = \"{}\" is not a network: {}; expected an IPv4 or IPv6 "
+                                                   "address with an optional /PREFIX, such as \"10.0.0.0/8\", "
+                                                   "\"192.168.1.7\" or \"fd00::/8\"",
+                                                   element_key, *text, why));
+      continue;
+    }
+    auto same =
+        std::find_if(networks.begin(), networks.end(), [&](const Network& n) { return n.same_network(*network); });
+    if (same != networks.end()) {
+      reader.problem(element.source(),
+                     fmt::format("'{}' = \"{}\" is the same network as '{}[{}]' = \"{}\"{}; expected each network once",
+                                 element_key, *text, key, indices[same - networks.begin()], same->text,
+                                 same->text == *text ? "" : " (address bits after the prefix are ignored)"));
+      continue;
+    }
+    networks.push_back(std::move(*network));
+    indices.push_back(i);
+  }
+  gateway.allow_from = std::move(networks);
+}
+
+// Only a valid name is set: the loader then checks that it is unique.
+void load_name(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
+  auto name = reader.get_string(node, key);
+  if (!name) return;
+  bool space_or_control = std::any_of(name->begin(), name->end(), [](char c) {
+    auto u = static_cast<unsigned char>(c);
+    return u <= 0x20 || u == 0x7f;
+  });
+  if (name->empty() || space_or_control)
+    return reader.problem(node.source(), fmt::format("'{}' = \"{}\" is not a valid library name; expected a non-empty "
+                                                     "name without spaces or control characters, as clients import it",
+                                                     key, *name));
+  library.name = *name;
+}
+
+void load_command(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
+  auto* array = node.as_array();
+  if (!array) return reader.wrong_type(node, key, "an array of strings such as [\"robot-example-calculator\"]");
+  if (array->empty())
+    reader.problem(node.source(), fmt::format("'{}' is empty; expected the program and its arguments, such as "
+                                              "[\"robot-example-calculator\"]",
+                                              key));
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const toml::node& element = *array->get(i);
+    auto element_key = fmt::format("{}[{}]", key, i);
+    auto arg = reader.get_string(element, element_key);
+    if (!arg) continue;
+    if (arg->empty()) {
+      reader.problem(element.source(), fmt::format("'{}' is an empty string; expected a non-empty {}", element_key,
+                                                   i == 0 ? "program name or path" : "argument"));
+      continue;
+    }
+    if (!reader.no_nul(element, element_key, *arg)) continue;
+    if (i == 0 && arg->find('/') != std::string::npos) *arg = reader.resolve(*arg).string();
+    library.command.push_back(std::move(*arg));
+  }
+}
+
+void load_env(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
+  auto* env = node.as_table();
+  if (!env) return reader.wrong_type(node, key, "a table of strings such as { DISPLAY = \":99\" }");
+  auto alpha = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; };
+  auto alnum = [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); };
+  for (auto&& [name, value] : *env) {
+    auto full = fmt::format("{}.{}", key, name.str());
+    std::string_view n = name.str();
+    if (n.empty() || !alpha(n[0]) || !std::all_of(n.begin() + 1, n.end(), alnum))
+      reader.problem(name.source(), fmt::format("'{}' is not a valid environment variable name; expected letters, "
+                                                "digits and '_', not starting with a digit",
+                                                full));
+    if (auto text = reader.get_string(value, full); text && reader.no_nul(value, full, *text))
+      library.env.emplace(std::string(n), std::move(*text));
+  }
+}
+
+void load_cwd(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
+  auto cwd = reader.get_string(node, key);
+  if (!cwd) return;
+  if (cwd->empty())
+    return reader.problem(node.source(), fmt::format("'{}' is empty; expected a directory path (absolute, or relative "
+                                                     "to the configuration file)",
+                                                     key));
+  if (!reader.no_nul(node, key, *cwd)) return;
+  fs::path dir = reader.resolve(*cwd);
+  std::error_code ec;
+  auto status = fs::status(dir, ec);
+  if (ec || !fs::exists(status))
+    reader.problem(node.source(), fmt::format("'{}' = \"{}\": directory {} does not exist{}; expected an existing "
+                                              "directory",
+                                              key, *cwd, dir.string(),
+                                              ec && ec != std::errc::no_such_file_or_directory
+                                                  ? fmt::format(" or cannot be read ({})", ec.message())
+                                                  : ""));
+  else if (!fs::is_directory(status))
+    reader.problem(node.source(), fmt::format("'{}' = \"{}\": {} is not a directory; expected an existing directory",
+                                              key, *cwd, dir.string()));
+  library.cwd = dir.string();
+}
+
+// The table replaces the one from [defaults] as a whole, so a library can drop a limit.
+void load_rlimits(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
+  auto* table = node.as_table();
+  if (!table) return reader.wrong_type(node, key, "a table such as { open_files = 1024, address_space = \"4GiB\" }");
+  ResourceLimits limits;
+  load_table(reader, *table, key, key, rlimit_keys(), limits);
+  library.rlimits = limits;
+}
+
+// core_size = 0 is a setting of its own (no core dumps), not "not set".
+void load_core_size(Reader& reader, const toml::node& node, const std::string& key, ResourceLimits& limits) {
+  if (auto size = reader.get_size(node, key)) {
+    limits.core_size = *size;
+    limits.core_size_set = true;
+  }
+}
+
+bool has(const auto& keys, std::string_view name) {
+  return std::any_of(keys.begin(), keys.end(), [&](const auto& key) { return key.name == name; });
+}
+
+// The table a key belongs in when it is written in the wrong one, for the unknown-key message.
+std::string_view home_of(std::string_view name) {
+  for (const auto& key : library_keys())
+    if (key.name == name && key.in_defaults) return has(gateway_keys(), name) ? "" : "[defaults] or [[library]]";
+  if (has(library_keys(), name)) return "each [[library]]";
+  if (has(gateway_keys(), name)) return "[gateway]";
+  if (has(rlimit_keys(), name)) return "an rlimits table";
+  return "";
+}
+
+}  // namespace
+
+// ---- The tables ----
+
+const std::vector<Key<Gateway>>& gateway_keys() {
+  static const std::vector<Key<Gateway>> keys = {
+      {.name = "listen",
+       .type = "array of strings",
+       .default_text = code(fmt::format("[\"{}\"]", Gateway{}.listen.at(0).text)),
+       .range = "at least one; each at most once",
+       .doc = "Addresses to accept client connections on, each `tcp://HOST:PORT`.",
+       .load = load_listen},
+      choice("log_level", &Gateway::log_level, kLogLevels, "a log level",
+             "Least severe messages logged, to stderr.", /*hints=*/false),
+      duration("drain_timeout", &Gateway::drain_timeout, {},
+               "On SIGTERM the gateway stops accepting connections, and lets keywords in flight finish for this long "
+               "before it stops their workers."),
+      integer("max_message_bytes", &Gateway::max_message_bytes,
+              {.min = 1,
+               .max = 1024 * kMiB,
+               .note = "1 GiB",
+               .expected = "an integer number of bytes, such as 67108864"},
+              "Largest frame body accepted from a client or a worker; a larger frame ends that connection."),
+      integer("max_workers", &Gateway::max_workers, {.zero = "no cap"},
+              "Most worker processes of all libraries together, running or starting (prewarmed ones included)."),
+      integer("max_header_bytes", &Gateway::max_header_bytes, {.min = 256, .max = 1024 * 1024, .note = "1 MiB"},
+              "Largest header block of one frame (everything before the body); a larger one ends that connection."),
+      integer("max_json_depth", &Gateway::max_json_depth, {.min = 8, .max = 1024},
+              "Deepest nesting of arrays and objects in one message; a deeper message is rejected, so that no message "
+              "can exhaust the gateway's stack."),
+      duration("handshake_timeout", &Gateway::handshake_timeout, {.nonzero = true},
+               "From accepting a connection until the client has sent `robot/initialize`; a slower client is "
+               "disconnected."),
+      duration("read_timeout", &Gateway::read_timeout, {.nonzero = true},
+               "A frame the client has begun must arrive completely within this, else the connection is closed (a "
+               "stalled or trickling client)."),
+      duration("idle_timeout", &Gateway::idle_timeout, {.zero = "none"},
+               "A connection that sends no message at all for this long is closed."),
+      integer("max_sessions", &Gateway::max_sessions, {.zero = "no limit"},
+              "Most client connections at once; further ones are refused (closed)."),
+      integer("max_sessions_per_client", &Gateway::max_sessions_per_client, {.zero = "no limit"},
+              "Most connections at once from one source address; further ones from it are refused."),
+      {.name = "allow_from",
+       .type = "array of strings (networks)",
+       .default_text = code("[]", "every address"),
+       .range = "each network at most once",
+       .doc = "The client addresses allowed to connect; a connection from any other is closed without being served.",
+       .load = load_allow_from},
+  };
+  return keys;
+}
+
+const std::vector<Key<Library>>& library_keys() {
+  static const std::vector<Key<Library>> keys = [] {
+    // Keys of each [[library]] only.
+    std::vector<Key<Library>> keys = {
+        {.name = "name",
+         .type = "string",
+         .default_text = "required",
+         .range = "unique; not empty; no whitespace or control characters",
+         .doc = "The name clients import, matched exactly (case-sensitive).",
+         .missing = "the name clients import, such as name = \"Calculator\"",
+         .load = load_name},
+        {.name = "command",
+         .type = "array of strings",
+         .default_text = "required",
+         .range = "not empty; no empty strings",
+         .doc = "The worker program and its arguments.",
+         .missing = "the worker program and its arguments, such as command = [\"robot-example-calculator\"]",
+         .load = load_command},
+        {.name = "env",
+         .type = "table of strings",
+         .default_text = code("{}"),
+         .range = "names `[A-Za-z_][A-Za-z0-9_]*`",
+         .doc = "Variables added to (or replacing those of) the gateway's environment for this worker.",
+         .load = load_env},
+        {.name = "cwd",
+         .type = "string (path)",
+         .default_text = "the gateway's working directory",
+         .range = "an existing directory when the file is loaded",
+         .doc = "The worker's working directory.",
+         .load = load_cwd},
+    };
+    // Keys that [defaults] may set too.
+    std::vector<Key<Library>> settings = {
+        duration("startup_timeout", &Library::startup_timeout, {},
+                 "From starting a worker until it has answered `robot/initialize`; a slower worker is killed and "
+                 "the import fails."),
+        duration("shutdown_grace", &Library::shutdown_grace, {},
+                 "Stopping a worker: how long after `robot/shutdown` and `robot/exit` before SIGTERM, and after "
+                 "SIGTERM before SIGKILL."),
+        choice("isolation", &Library::isolation, kIsolations, "an isolation mode",
+               "`session`: every import gets a worker of its own; `shared`: imports share long-lived workers."),
+        integer("prewarm", &Library::prewarm, {.max = 64},
+                "Workers started and initialized ahead of time and kept idle, so that imports need not wait for "
+                "a start."),
+        integer("max_workers", &Library::max_workers, {.zero = "no cap of its own"},
+                "Most workers of this library at once (prewarmed ones included); `[gateway]` `max_workers` still "
+                "applies."),
+        duration("queue_timeout", &Library::queue_timeout, {},
+                 "How long an import waits for a worker when a cap is reached before it fails; 0 fails at once."),
+        // Below 10ms surely seconds meant as milliseconds ("5ms" for 5 s): no keyword call through two processes
+        // completes that fast reliably.
+        duration("keyword_timeout", &Library::keyword_timeout, {.min = Duration(10), .zero = "none"},
+                 "Longest a keyword may run; a keyword still running then fails, and its worker is stopped."),
+        integer("max_keywords", &Library::max_keywords, {.zero = "never"},
+                "Shared workers: a worker is recycled (replaced by a fresh one) after it has run this many keywords, "
+                "against slow leaks."),
+        duration("max_age", &Library::max_age, {.zero = "never"},
+                 "Shared workers: a worker older than this is recycled."),
+        // Below 1 MiB a worker would be recycled after every keyword: surely a value written without its unit.
+        size("max_rss", &Library::max_rss, {.min = 1 * kMiB, .zero = "never"},
+             "Shared workers: a worker whose resident memory (RSS) grows above this is recycled."),
+        integer("max_imports_per_worker", &Library::max_imports_per_worker, {.min = 1},
+                "Shared workers: most imports one worker serves at once."),
+        {.name = "rlimits",
+         .type = "table",
+         .default_text = code("{}", "no limits"),
+         .range = "the keys below",
+         .doc = "Resource limits set in the worker before its program starts.",
+         .load = load_rlimits},
+        choice("pickle", &Library::pickle, kPicklePolicies, "a pickle policy",
+               "What passes of pickled Python values (`{\"__pickled__\": \"<hex>\"}`) to and from this library."),
+    };
+    for (auto& key : settings) {
+      key.in_defaults = true;
+      keys.push_back(std::move(key));
+    }
+    return keys;
+  }();
+  return keys;
+}
+
+const std::vector<Key<ResourceLimits>>& rlimit_keys() {
+  static const std::vector<Key<ResourceLimits>> keys = {
+      // Below 16 MiB a worker cannot even start: surely a value written without its unit (512 for 512 MiB).
+      size("address_space", &ResourceLimits::address_space, {.zero_ok = false, .min = 16 * kMiB, .unset = "not set"},
+           "`RLIMIT_AS`: the worker's virtual memory."),
+      integer("open_files", &ResourceLimits::open_files, {.min = 16, .unset = "not set"},
+              "`RLIMIT_NOFILE`: open file descriptors."),
+      integer("cpu_seconds", &ResourceLimits::cpu_seconds, {.min = 1, .unset = "not set"},
+              "`RLIMIT_CPU`: CPU time over the whole life of each process."),
+      integer("processes", &ResourceLimits::processes, {.min = 1, .unset = "not set"},
+              "`RLIMIT_NPROC`: processes of the user the gateway runs as."),
+      {.name = "core_size",
+       .type = "size",
+       .default_text = "not set",
+       .range = "any (0: no core dumps)",
+       .doc = "`RLIMIT_CORE`: largest core dump file.",
+       .load = load_core_size},
+  };
+  return keys;
+}
+
+void check_keys(Reader& reader, const toml::table& table, std::string_view context,
+                const std::vector<std::string_view>& known) {
+  for (auto&& [key, value] : table) {
+    std::string_view name = key.str();
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    if (auto home = home_of(name); !home.empty()) {
+      reader.problem(key.source(), fmt::format("unknown key '{}' in {} (it belongs in {}); known keys are: {}", name,
+                                               context, home, join(known)));
+      continue;
+    }
+    std::string_view suggestion;
+    std::size_t best = 3;
+    for (auto k : known) {
+      auto d = edit_distance(name, k);
+      if (d < best && d <= std::max<std::size_t>(1, k.size() / 3)) {
+        best = d;
+        suggestion = k;
+      }
+    }
+    // "startup" for "startup_timeout": a truncated key.
+    if (suggestion.empty() && name.size() >= 4)
+      for (auto k : known)
+        if (k.starts_with(name)) suggestion = k;
+    reader.problem(key.source(), fmt::format("unknown key '{}' in {}{}; known keys are: {}", name, context,
+                                             suggestion.empty() ? "" : fmt::format(" (did you mean '{}'?)", suggestion),
+                                             join(known)));
+  }
+}
+
+}  // namespace rjg::config::detail

@@ -1,0 +1,51 @@
+// Addresses in the configuration: where the gateway listens ([gateway] listen) and which clients it serves
+// ([gateway] allow_from).
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace rjg::config {
+
+// One address to listen on, from "tcp://HOST:PORT" (HOST may be an IPv6 literal in brackets).
+struct ListenAddress {
+  std::string host;  // "127.0.0.1", "localhost" or an IPv6 address without its brackets ("::1")
+  unsigned short port = 0;
+  std::string text;  // as written, for log lines
+
+  bool operator==(const ListenAddress&) const = default;
+};
+
+// One network of [gateway] allow_from, from "10.0.0.0/8", "192.168.1.7" (= /32), "::1/128" or "fd00::/8".
+// Host bits below the prefix are allowed in the text and cleared in bytes. An IPv4-mapped IPv6 network
+// with a prefix of at least 96 ("::ffff:10.0.0.0/104") is stored as the IPv4 network (10.0.0.0/8).
+struct Network {
+  std::string text;  // as written, for log lines
+  bool v6 = false;
+  std::array<unsigned char, 16> bytes{};  // network address in network byte order; IPv4 uses the first 4
+  int prefix = 0;                         // 0-32 (IPv4) or 0-128 (IPv6)
+
+  // Whether the address (textual, as from a socket: "10.1.2.3", "::1", "::ffff:10.1.2.3", "fe80::1%eth0")
+  // is in this network. IPv4-mapped IPv6 addresses count as their IPv4 address, and an IPv4 address
+  // counts as its mapped form for an IPv6 network (so "::/0" contains every address). Invalid text: false.
+  bool contains(std::string_view ip_text) const;
+  // Same, from raw bytes in network byte order: 16 bytes when v6, else 4.
+  bool contains_bytes(bool v6, const unsigned char* bytes) const;
+  // The same network (the text aside): "10.1.2.3/8" and "10.0.0.0/8" are.
+  bool same_network(const Network& other) const {
+    return v6 == other.v6 && prefix == other.prefix && bytes == other.bytes;
+  }
+  bool operator==(const Network&) const = default;  // the same network, written the same way
+};
+
+// Parses "tcp://HOST:PORT" (HOST: IPv4 literal, localhost, or [IPv6]; PORT 0-65535, 0 picks a free port).
+// Returns nullopt if invalid, and says why in *why when given.
+std::optional<ListenAddress> parse_listen_address(std::string_view text, std::string* why = nullptr);
+
+// Parses "ADDRESS" or "ADDRESS/PREFIX" (IPv4 or IPv6 literal, no brackets). Returns nullopt if invalid, and
+// says why in *why when given.
+std::optional<Network> parse_network(std::string_view text, std::string* why = nullptr);
+
+}  // namespace rjg::config
