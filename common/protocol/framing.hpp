@@ -1,4 +1,5 @@
-// Content-Length framing as in the Language Server Protocol (shared/seeds/000: "Framing").
+// Content-Length framing as in the Language Server Protocol (the protocol specification of
+// robotframework-jsonrpcremote: "Framing").
 #pragma once
 
 #include <cstddef>

@@ -4,127 +4,122 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
+#include <cstdlib>
+#include <limits>
 
 namespace rjg {
-namespace {
-const json::value kNull;
-const json::object kEmptyObject;
 
-bool all_finite(const json::value& v) {
-  switch (v.kind()) {
-    case json::kind::double_: return std::isfinite(v.get_double());
-    case json::kind::array:
-      for (const auto& e : v.get_array())
-        if (!all_finite(e)) return false;
-      return true;
-    case json::kind::object:
-      for (const auto& m : v.get_object())
-        if (!all_finite(m.value())) return false;
-      return true;
-    default: return true;
-  }
+using jsontext::Kind;
+using jsontext::Member;
+
+struct MessageAccess {
+  static Classified classify(std::string_view body, jsontext::Scanned scanned);
+};
+
+namespace {
+
+bool valid_id(Kind kind) { return kind == Kind::string || kind == Kind::number; }
+
+Slice shifted(Slice inner, std::size_t by) { return {inner.offset + by, inner.size}; }
+
+int number_to_int(std::string_view text) {
+  const double v = std::strtod(std::string(text).c_str(), nullptr);
+  if (v >= std::numeric_limits<int>::max()) return std::numeric_limits<int>::max();
+  if (v <= std::numeric_limits<int>::min()) return std::numeric_limits<int>::min();
+  return static_cast<int>(v);
 }
 
-bool valid_id(const json::value& v) { return v.is_string() || v.is_int64() || v.is_uint64() || v.is_double(); }
 }  // namespace
 
-const json::value& Message::id() const {
-  auto it = object.find("id");
-  return it == object.end() ? kNull : it->value();
-}
+Classified MessageAccess::classify(std::string_view body, jsontext::Scanned scanned) {
+  if (scanned.kind != Kind::object) {
+    return ProtocolError{protocol::kInvalidRequest,
+                         scanned.kind == Kind::array ? "Invalid Request: batch messages are not supported"
+                                                     : "Invalid Request: a message must be a JSON object"};
+  }
+  const auto& members = scanned.members;
+  const Member* id = jsontext::find(members, "id");
+  const std::string id_text = id && valid_id(id->kind) ? std::string(id->value.of(body)) : "null";
+  auto invalid = [&](std::string message) {
+    return ProtocolError{protocol::kInvalidRequest, "Invalid Request: " + std::move(message), id_text};
+  };
 
-std::string_view Message::method() const {
-  auto it = object.find("method");
-  if (it == object.end() || !it->value().is_string()) return {};
-  return it->value().get_string();
-}
+  const Member* version = jsontext::find(members, "jsonrpc");
+  if (!version || version->kind != Kind::string || version->value.of(body) != "\"2.0\"")
+    return invalid("\"jsonrpc\" must be \"2.0\"");
 
-const json::value& Message::params() const {
-  auto it = object.find("params");
-  return it == object.end() ? kNull : it->value();
-}
+  Message m;
+  if (id) m.id_ = id->value;
+  if (const Member* method = jsontext::find(members, "method")) {
+    if (method->kind != Kind::string) return invalid("\"method\" must be a string");
+    if (const Member* params = jsontext::find(members, "params")) {
+      if (params->kind != Kind::object && params->kind != Kind::array && params->kind != Kind::null)
+        return invalid("\"params\" must be an object or an array");
+      m.params_ = params->value;
+      m.params_kind_ = params->kind;
+    }
+    if (id && !valid_id(id->kind)) return invalid("\"id\" must be a string or a number");
+    m.kind = id ? Message::Kind::request : Message::Kind::notification;
+    m.method_ = jsontext::decode_string(method->value.of(body));
+    m.text_ = body;
+    return m;
+  }
 
-json::value& Message::params() {
-  auto it = object.find("params");
-  if (it == object.end()) return object["params"];
-  return it->value();
-}
-
-const json::value& Message::result() const {
-  auto it = object.find("result");
-  return it == object.end() ? kNull : it->value();
-}
-
-const json::object& Message::error() const {
-  auto it = object.find("error");
-  return it == object.end() || !it->value().is_object() ? kEmptyObject : it->value().get_object();
+  if (!id) return invalid("a message needs \"method\" or \"id\"");
+  const Member* result = jsontext::find(members, "result");
+  const Member* error = jsontext::find(members, "error");
+  if (!result == !error) return invalid("a response needs exactly one of \"result\" and \"error\"");
+  if (error) {
+    if (error->kind != Kind::object) return invalid("\"error\" must be an object with a numeric \"code\"");
+    const std::string_view error_text = error->value.of(body);
+    const auto fields = jsontext::members(error_text);
+    const Member* code = jsontext::find(fields, "code");
+    if (!code || code->kind != Kind::number) return invalid("\"error\" must be an object with a numeric \"code\"");
+    m.error_code_ = number_to_int(code->value.of(error_text));
+    if (const Member* message = jsontext::find(fields, "message"); message && message->kind == Kind::string)
+      m.error_message_ = jsontext::decode_string(message->value.of(error_text));
+    if (const Member* data = jsontext::find(fields, "data")) m.error_data_ = shifted(data->value, error->value.offset);
+    m.kind = Message::Kind::error_response;
+  } else {
+    if (!valid_id(id->kind)) return invalid("\"id\" must be a string or a number");
+    m.result_ = result->value;
+    m.kind = Message::Kind::response;
+  }
+  m.text_ = body;
+  return m;
 }
 
 Classified parse_message(std::string_view body, const JsonLimits& limits) {
-  json::parse_options options;
-  options.max_depth = limits.max_depth;
-  json::error_code ec;
-  json::value value = json::parse(body, ec, {}, options);
-  if (ec) {
-    std::string what = ec == json::error::too_deep
-                           ? fmt::format("Parse error: JSON nesting is deeper than {} levels", limits.max_depth)
-                           : fmt::format("Parse error: {}", ec.message());
-    return ProtocolError{protocol::kParseError, std::move(what), nullptr};
+  auto [scanned, error] = jsontext::scan(body, jsontext::Limits{limits.max_depth, true});
+  if (error) {
+    std::string what = error->too_deep ? fmt::format("Parse error: JSON nesting is deeper than {} levels",
+                                                     limits.max_depth)
+                                       : fmt::format("Parse error: {} (at byte {})", error->message, error->offset);
+    return ProtocolError{protocol::kParseError, std::move(what)};
   }
-  // Boost.JSON reads 1e400 as infinity and would write it back as "Infinity", which no JSON parser
-  // (a worker, a client) accepts: refuse it here, where the sender can still be told.
-  if (!all_finite(value))
-    return ProtocolError{protocol::kParseError, "Parse error: a number is out of the range of a double", nullptr};
-  return classify(std::move(value));
+  return MessageAccess::classify(body, std::move(*scanned));
 }
 
-Classified classify(json::value value) {
-  if (!value.is_object()) {
-    return ProtocolError{protocol::kInvalidRequest,
-                         value.is_array() ? "Invalid Request: batch messages are not supported"
-                                          : "Invalid Request: a message must be a JSON object",
-                         nullptr};
-  }
-  json::object& obj = value.get_object();
-  json::value id = nullptr;
-  bool has_id = false;
-  if (auto it = obj.find("id"); it != obj.end()) {
-    has_id = true;
-    if (valid_id(it->value())) id = it->value();
-  }
-  auto invalid = [&](std::string message) {
-    return ProtocolError{protocol::kInvalidRequest, "Invalid Request: " + std::move(message), id};
-  };
+std::string Message::with_id(std::string_view id_text, std::vector<std::pair<Slice, std::string>> edits) const {
+  if (id_) edits.emplace_back(*id_, std::string(id_text));
+  return jsontext::splice(text_, std::move(edits));
+}
 
-  auto version = obj.find("jsonrpc");
-  if (version == obj.end() || !version->value().is_string() || version->value().get_string() != "2.0")
-    return invalid("\"jsonrpc\" must be \"2.0\"");
+json::value parse_value(std::string_view text) {
+  if (text.empty()) return nullptr;
+  json::parse_options options;
+  options.max_depth = std::numeric_limits<std::size_t>::max();
+  return json::parse(text, {}, options);
+}
 
-  if (auto method = obj.find("method"); method != obj.end()) {
-    if (!method->value().is_string()) return invalid("\"method\" must be a string");
-    if (auto params = obj.find("params"); params != obj.end()) {
-      const auto& p = params->value();
-      if (!p.is_object() && !p.is_array() && !p.is_null())
-        return invalid("\"params\" must be an object or an array");
-    }
-    if (!has_id) return Message{Message::Kind::notification, std::move(obj)};
-    if (!valid_id(obj.at("id"))) return invalid("\"id\" must be a string or a number");
-    return Message{Message::Kind::request, std::move(obj)};
-  }
-
-  if (!has_id) return invalid("a message needs \"method\" or \"id\"");
-  const bool has_result = obj.contains("result");
-  const bool has_error = obj.contains("error");
-  if (has_result == has_error) return invalid("a response needs exactly one of \"result\" and \"error\"");
-  if (has_error) {
-    const auto& err = obj.at("error");
-    if (!err.is_object() || !err.get_object().contains("code") || !err.get_object().at("code").is_number())
-      return invalid("\"error\" must be an object with a numeric \"code\"");
-    return Message{Message::Kind::error_response, std::move(obj)};
-  }
-  if (!valid_id(obj.at("id"))) return invalid("\"id\" must be a string or a number");
-  return Message{Message::Kind::response, std::move(obj)};
+json::value Message::id() const { return id_ ? parse_value(id_->of(text_)) : json::value(nullptr); }
+json::value Message::params() const { return parse_value(params_text()); }
+json::value Message::result() const { return result_ ? parse_value(result_->of(text_)) : json::value(nullptr); }
+json::object Message::error() const {
+  if (kind != Kind::error_response) return {};
+  json::value whole = parse_value(text_);
+  auto* err = whole.get_object().if_contains("error");
+  return err && err->is_object() ? err->get_object() : json::object();
 }
 
 std::optional<Unroutable> check_client_method(const Message& message) {
@@ -146,41 +141,43 @@ std::optional<Unroutable> check_client_method(const Message& message) {
                                 message.method())};
 }
 
-std::string make_request(const json::value& id, std::string_view method, json::value params) {
-  json::object o;
-  o["jsonrpc"] = "2.0";
-  o["id"] = id;
-  o["method"] = method;
-  o["params"] = std::move(params);
-  return json::serialize(o);
+std::string make_request_raw(std::string_view id_text, std::string_view method, std::string_view params_text) {
+  return fmt::format(R"({{"jsonrpc":"2.0","id":{},"method":{},"params":{}}})", id_text, jsontext::quote(method),
+                     params_text.empty() ? std::string_view("{}") : params_text);
 }
 
-std::string make_notification(std::string_view method, json::value params) {
-  json::object o;
-  o["jsonrpc"] = "2.0";
-  o["method"] = method;
-  o["params"] = std::move(params);
-  return json::serialize(o);
+std::string make_notification_raw(std::string_view method, std::string_view params_text) {
+  return fmt::format(R"({{"jsonrpc":"2.0","method":{},"params":{}}})", jsontext::quote(method),
+                     params_text.empty() ? std::string_view("{}") : params_text);
 }
 
-std::string make_result(const json::value& id, json::value result) {
-  json::object o;
-  o["jsonrpc"] = "2.0";
-  o["id"] = id;
-  o["result"] = std::move(result);
-  return json::serialize(o);
+std::string make_result_raw(std::string_view id_text, std::string_view result_text) {
+  return fmt::format(R"({{"jsonrpc":"2.0","id":{},"result":{}}})", id_text, result_text);
 }
 
-std::string make_error(const json::value& id, int code, std::string_view message, std::optional<json::value> data) {
-  json::object err;
-  err["code"] = code;
-  err["message"] = message;
-  if (data) err["data"] = std::move(*data);
-  json::object o;
-  o["jsonrpc"] = "2.0";
-  o["id"] = id;
-  o["error"] = std::move(err);
-  return json::serialize(o);
+std::string make_error_raw(std::string_view id_text, int code, std::string_view message, std::string_view data_text) {
+  if (data_text.empty())
+    return fmt::format(R"({{"jsonrpc":"2.0","id":{},"error":{{"code":{},"message":{}}}}})", id_text, code,
+                       jsontext::quote(message));
+  return fmt::format(R"({{"jsonrpc":"2.0","id":{},"error":{{"code":{},"message":{},"data":{}}}}})", id_text, code,
+                     jsontext::quote(message), data_text);
+}
+
+std::string make_request(const json::value& id, std::string_view method, const json::value& params) {
+  return make_request_raw(json::serialize(id), method, json::serialize(params));
+}
+
+std::string make_notification(std::string_view method, const json::value& params) {
+  return make_notification_raw(method, json::serialize(params));
+}
+
+std::string make_result(const json::value& id, const json::value& result) {
+  return make_result_raw(json::serialize(id), json::serialize(result));
+}
+
+std::string make_error(const json::value& id, int code, std::string_view message,
+                       const std::optional<json::value>& data) {
+  return make_error_raw(json::serialize(id), code, message, data ? json::serialize(*data) : std::string());
 }
 
 std::string id_to_string(const json::value& id) { return json::serialize(id); }

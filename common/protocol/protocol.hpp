@@ -1,4 +1,5 @@
-// Names and codes of the Robot Framework JSON-RPC remote protocol (shared/seeds/000, 001).
+// Names and codes of the Robot Framework JSON-RPC remote protocol (the protocol specification of
+// robotframework-jsonrpcremote).
 #pragma once
 
 #include <optional>

@@ -29,6 +29,7 @@ class AsyncEvent {
   AsyncEvent& operator=(const AsyncEvent&) = delete;
 
   bool is_set() const { return set_; }
+  const asio::any_io_executor& executor() const { return executor_; }
 
   void set() {
     set_ = true;

@@ -1,18 +1,20 @@
 // Fuzzes parse_message, the single place where a frame body becomes a classified message, and
 // check_client_method, which routes it.
 //
-// Input: one frame body (any bytes). Invariants: no crash or sanitizer report; a failure is -32700 or
-// -32600 with a message, and its id is null or a valid id (string or number); a Message serialized
-// again and re-classified has the same kind, the same id and the same content; answering its id with
-// the builders gives a response (or error response) that carries that id back.
+// Input: one frame body (any bytes). Invariants: no crash or sanitizer report, and classification
+// never throws. A failure is -32700 or -32600 with a message; its id text is "null" or a valid id (a
+// JSON string or number), and "null" for -32700. A Message keeps the body byte for byte; its id text
+// is valid JSON (a string or a number for requests and responses, "null" for notifications), and the
+// params, result and error data texts are valid JSON where present. with_id() replaces the id's text
+// and nothing else: the result re-classifies to the same kind, method, params and result with the new
+// id. Answering or forwarding with the raw builders carries the id text and the params text through
+// unchanged.
 //
-// "The same" allows doubles to differ in the last bits: Boost.JSON 1.81 parses numbers with more than
-// 17 significant digits, or large exponents, without correct rounding (10.5e300 reads as
-// 1.0500000000000001e301, which reads back as another double). Strings and integers must be exact.
-//
-// A number too large for a double (1e400) would parse as infinity and serialize as `Infinity`, which
-// is not JSON: parse_message refuses it, and this target checks that nothing non-finite gets through
-// (RJG_FUZZ_TOLERATE_NONFINITE=1 turns that check off).
+// The tree views (params(), result(), ...) parse with Boost.JSON: whatever classification admits, they
+// read without throwing (the scanner refuses what Boost.JSON 1.81 refuses: escaped lone surrogates such
+// as "\ud800", numbers beyond a double such as 1e400), and no tree holds a non-finite double.
+// (RJG_FUZZ_TOLERATE_TREE_ERRORS=1 turns that check off, to fuzz the rest while a known disagreement
+// between the scanner and Boost.JSON is being fixed.)
 #include "common/protocol/message.hpp"
 
 #include "common/protocol/protocol.hpp"
@@ -22,23 +24,35 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <variant>
 
-#ifndef RJG_FUZZ_TOLERATE_NONFINITE
-#define RJG_FUZZ_TOLERATE_NONFINITE 0
+#ifndef RJG_FUZZ_TOLERATE_TREE_ERRORS
+#define RJG_FUZZ_TOLERATE_TREE_ERRORS 0
 #endif
 
 namespace {
 
 namespace json = boost::json;
+namespace jsontext = rjg::jsontext;
 using rjg::Message;
 using rjg::ProtocolError;
 
-bool valid_id(const json::value& v) { return v.is_string() || v.is_int64() || v.is_uint64() || v.is_double(); }
+// Ids the gateway could put in place of a client's: a string with escapes, and an integer beyond 64 bits.
+constexpr std::string_view kNewIds[] = {R"("gw-\u00e9\"7\"")", "18446744073709551617"};
 
-std::string describe(const json::value& v) { return json::serialize(v); }
+// The kind of a valid JSON text, or nothing when it is not one.
+std::optional<jsontext::Kind> kind_of(std::string_view text) {
+  auto [scanned, error] = jsontext::scan(text);
+  if (!scanned) return std::nullopt;
+  return scanned->kind;
+}
+
+bool is_id_kind(std::optional<jsontext::Kind> kind) {
+  return kind == jsontext::Kind::string || kind == jsontext::Kind::number;
+}
 
 bool has_nonfinite(const json::value& v) {
   if (v.is_double()) return !std::isfinite(v.get_double());
@@ -49,29 +63,15 @@ bool has_nonfinite(const json::value& v) {
   return false;
 }
 
-bool same(const json::value& a, const json::value& b) {
-  if (a.is_double() && b.is_double()) {
-    double x = a.get_double(), y = b.get_double();
-    return x == y || std::fabs(x - y) <= 1e-15 * std::max(std::fabs(x), std::fabs(y)) || std::fabs(x - y) < 1e-300;
+rjg::Classified classify(std::string_view body, std::string_view what) {
+  try {
+    return rjg::parse_message(body);
+  } catch (const std::exception& e) {
+    rjg::fuzz::invariant_failed("parse_message does not throw", std::string(what) + ": " + e.what(), __FILE__,
+                                __LINE__);
+  } catch (...) {
+    rjg::fuzz::invariant_failed("parse_message does not throw", what, __FILE__, __LINE__);
   }
-  if (a.kind() != b.kind()) return false;
-  if (a.is_array()) {
-    const auto &x = a.get_array(), &y = b.get_array();
-    if (x.size() != y.size()) return false;
-    for (std::size_t i = 0; i < x.size(); ++i)
-      if (!same(x[i], y[i])) return false;
-    return true;
-  }
-  if (a.is_object()) {
-    const auto &x = a.get_object(), &y = b.get_object();
-    if (x.size() != y.size()) return false;
-    for (const auto& kv : x) {
-      auto* other = y.if_contains(kv.key());
-      if (!other || !same(kv.value(), *other)) return false;
-    }
-    return true;
-  }
-  return a == b;
 }
 
 // Takes the Classified by value: a reference into a temporary would dangle past the statement.
@@ -83,32 +83,110 @@ Message expect_message(rjg::Classified c, std::string_view what) {
   return std::get<Message>(std::move(c));
 }
 
+// Every tree view of a classified message can be built.
+void check_tree_views(const Message& m) {
+  if (RJG_FUZZ_TOLERATE_TREE_ERRORS) return;
+  try {
+    json::value trees[] = {m.id(), m.params(), m.result(), json::value(m.error())};
+    for (const auto& tree : trees) RJG_FUZZ_CHECK(!has_nonfinite(tree), "a tree view holds a non-finite number");
+  } catch (const std::exception& e) {
+    rjg::fuzz::invariant_failed("tree views do not throw", std::string(e.what()) + ": " + m.text(), __FILE__,
+                                __LINE__);
+  }
+}
+
+// The envelope fields that with_id() and the builders must carry through.
+void check_same_content(const Message& again, const Message& m, std::string_view what) {
+  RJG_FUZZ_CHECK(again.kind == m.kind, std::string(what) + ": another kind");
+  RJG_FUZZ_CHECK(again.method() == m.method(), std::string(what) + ": another method");
+  RJG_FUZZ_CHECK(again.params_text() == m.params_text(), std::string(what) + ": other params");
+  RJG_FUZZ_CHECK(again.result_text() == m.result_text(), std::string(what) + ": another result");
+  RJG_FUZZ_CHECK(again.error_code() == m.error_code() && again.error_message() == m.error_message() &&
+                     again.error_data_text() == m.error_data_text(),
+                 std::string(what) + ": another error");
+}
+
+void check_with_id(const Message& m) {
+  const std::string& text = m.text();
+  for (std::string_view new_id : kNewIds) {
+    const std::string changed = m.with_id(new_id);
+    if (m.kind == Message::Kind::notification) {
+      RJG_FUZZ_CHECK(changed == text, "with_id changed a notification");
+      continue;
+    }
+    // Exactly the id's bytes are replaced. Every message but a notification has an id member, and
+    // id_text() is a view into text().
+    const auto begin = reinterpret_cast<std::uintptr_t>(text.data());
+    const auto id_at = reinterpret_cast<std::uintptr_t>(m.id_text().data());
+    RJG_FUZZ_CHECK(id_at >= begin && id_at + m.id_text().size() <= begin + text.size(),
+                   "the id text is not a slice of the text");
+    const std::size_t at = id_at - begin;
+    const std::string expected = text.substr(0, at) + std::string(new_id) + text.substr(at + m.id_text().size());
+    RJG_FUZZ_CHECK(changed == expected, "with_id changed more than the id: " + changed);
+    const Message again = expect_message(classify(changed, "with_id"), "with_id of " + text);
+    check_same_content(again, m, "with_id");
+    RJG_FUZZ_CHECK(again.id_text() == new_id, "with_id: the id is " + std::string(again.id_text()));
+  }
+}
+
+void check_builders(const Message& m) {
+  const std::string_view id = m.id_text();
+  const Message result = expect_message(classify(rjg::make_result_raw(id, m.params_text().empty() ? "{}" : m.params_text()),
+                                                 "make_result_raw"),
+                                        "make_result_raw");
+  RJG_FUZZ_CHECK(result.kind == Message::Kind::response && result.id_text() == id, "make_result_raw lost the id");
+
+  const Message error = expect_message(
+      classify(rjg::make_error_raw(id, rjg::protocol::kInvalidParams, m.method(), m.params_text()), "make_error_raw"),
+      "make_error_raw");
+  RJG_FUZZ_CHECK(error.kind == Message::Kind::error_response && error.id_text() == id, "make_error_raw lost the id");
+  RJG_FUZZ_CHECK(error.error_code() == rjg::protocol::kInvalidParams && error.error_message() == m.method() &&
+                     error.error_data_text() == m.params_text(),
+                 "make_error_raw lost the code, the message or the data");
+
+  const Message forwarded = expect_message(
+      classify(rjg::make_request_raw(id, m.method(), m.params_text()), "make_request_raw"), "make_request_raw");
+  RJG_FUZZ_CHECK(forwarded.kind == Message::Kind::request && forwarded.id_text() == id &&
+                     forwarded.method() == m.method(),
+                 "make_request_raw lost the id or the method");
+  RJG_FUZZ_CHECK(forwarded.params_text() == (m.params_text().empty() ? "{}" : m.params_text()),
+                 "make_request_raw changed the params");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view body(reinterpret_cast<const char*>(data), size);
-  auto classified = rjg::parse_message(body);
+  auto classified = classify(body, "the input");
 
   if (auto* error = std::get_if<ProtocolError>(&classified)) {
     RJG_FUZZ_CHECK(error->code == rjg::protocol::kParseError || error->code == rjg::protocol::kInvalidRequest,
                    "unexpected error code " + std::to_string(error->code));
     RJG_FUZZ_CHECK(!error->message.empty(), "a protocol error without a message");
-    RJG_FUZZ_CHECK(error->id.is_null() || valid_id(error->id), "error id is neither null nor valid: " + describe(error->id));
-    (void)rjg::id_to_string(error->id);
+    RJG_FUZZ_CHECK(error->id_text == "null" || is_id_kind(kind_of(error->id_text)),
+                   "error id is neither null nor valid: " + error->id_text);
+    if (error->code == rjg::protocol::kParseError)
+      RJG_FUZZ_CHECK(error->id_text == "null", "a parse error with an id: " + error->id_text);
     return 0;
   }
 
   const Message& message = std::get<Message>(classified);
-  const json::value id = message.id();
-  (void)rjg::id_to_string(id);
+  RJG_FUZZ_CHECK(message.text() == body, "the message's text is not the body");
+  const auto id_kind = kind_of(message.id_text());
+  RJG_FUZZ_CHECK(id_kind.has_value(), "the id text is not JSON: " + std::string(message.id_text()));
+  if (!message.params_text().empty())
+    RJG_FUZZ_CHECK(kind_of(message.params_text()) == message.params_kind(), "the params text is not JSON of its kind");
+  RJG_FUZZ_CHECK(kind_of(message.result_text()).has_value(), "the result text is not JSON");
+  if (!message.error_data_text().empty())
+    RJG_FUZZ_CHECK(kind_of(message.error_data_text()).has_value(), "the error data text is not JSON");
+
   switch (message.kind) {
     case Message::Kind::request:
     case Message::Kind::notification:
       if (message.kind == Message::Kind::request)
-        RJG_FUZZ_CHECK(valid_id(id), "a request with an invalid id: " + describe(id));
+        RJG_FUZZ_CHECK(is_id_kind(id_kind), "a request with an invalid id: " + std::string(message.id_text()));
       else
-        RJG_FUZZ_CHECK(!message.object.contains("id"), "a notification with an id");
-      (void)message.params();
+        RJG_FUZZ_CHECK(message.id_text() == "null", "a notification with an id");
       // The dispatch check both servers use: unknown method or wrong kind, answered only for requests.
       if (auto unroutable = rjg::check_client_method(message)) {
         RJG_FUZZ_CHECK(unroutable->code == rjg::protocol::kMethodNotFound ||
@@ -120,37 +198,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       break;
     case Message::Kind::response:
-      RJG_FUZZ_CHECK(valid_id(id), "a response with an invalid id: " + describe(id));
-      (void)message.result();
+      RJG_FUZZ_CHECK(is_id_kind(id_kind), "a response with an invalid id: " + std::string(message.id_text()));
       break;
     case Message::Kind::error_response:
-      RJG_FUZZ_CHECK(message.object.contains("id"), "an error response without an id");
-      (void)message.error();
       break;
   }
 
-  if (RJG_FUZZ_TOLERATE_NONFINITE && has_nonfinite(json::value(message.object))) return 0;
-
-  // Serialized and classified again: same kind, same id.
-  const std::string text = json::serialize(message.object);
-  const Message again = expect_message(rjg::parse_message(text), "the re-serialized message " + text);
-  RJG_FUZZ_CHECK(again.kind == message.kind, "re-classified as another kind: " + text);
-  RJG_FUZZ_CHECK(same(again.id(), id), "re-classified with another id: " + text);
-  RJG_FUZZ_CHECK(same(again.object, message.object), "re-parsed to another object: " + text);
-
-  // What the gateway does with a request's id: answer it, or forward it.
-  if (message.kind == Message::Kind::request) {
-    const Message result = expect_message(rjg::parse_message(rjg::make_result(id, message.params())), "make_result");
-    RJG_FUZZ_CHECK(result.kind == Message::Kind::response && same(result.id(), id), "make_result lost the id");
-    const Message error = expect_message(
-        rjg::parse_message(rjg::make_error(id, rjg::protocol::kInvalidParams, message.method(), message.params())),
-        "make_error");
-    RJG_FUZZ_CHECK(error.kind == Message::Kind::error_response && same(error.id(), id), "make_error lost the id");
-    const Message forwarded =
-        expect_message(rjg::parse_message(rjg::make_request(id, message.method(), message.params())), "make_request");
-    RJG_FUZZ_CHECK(forwarded.kind == Message::Kind::request && same(forwarded.id(), id) &&
-                       forwarded.method() == message.method(),
-                   "make_request lost the id or the method");
-  }
+  check_tree_views(message);
+  check_with_id(message);
+  if (message.kind == Message::Kind::request) check_builders(message);
   return 0;
 }

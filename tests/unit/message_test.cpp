@@ -1,5 +1,6 @@
-// The JSON-RPC message model: every recorded body classified, ids round-tripped, and each way a
-// body can be invalid answered with the right code and, when readable, the right id.
+// The JSON-RPC message model: every recorded body classified, ids round-tripped, each way a body can
+// be invalid answered with the right code and, when readable, the right id, and the body kept byte
+// for byte (unknown fields, number texts, string escapes) with with_id() changing only the id.
 #include "common/protocol/message.hpp"
 #include "common/protocol/protocol.hpp"
 
@@ -40,7 +41,7 @@ std::vector<Recorded> load_trace(const std::filesystem::path& file) {
 
 const Message& as_message(const rjg::Classified& c) {
   if (auto* e = std::get_if<ProtocolError>(&c)) ADD_FAILURE() << "unexpected protocol error: " << e->message;
-  static const Message kEmpty{Kind::notification, {}};
+  static const Message kEmpty;
   auto* m = std::get_if<Message>(&c);
   return m ? *m : kEmpty;
 }
@@ -48,7 +49,7 @@ const Message& as_message(const rjg::Classified& c) {
 ProtocolError as_error(const rjg::Classified& c) {
   if (auto* e = std::get_if<ProtocolError>(&c)) return *e;
   ADD_FAILURE() << "expected a protocol error, got a message";
-  return ProtocolError{0, "", nullptr};
+  return ProtocolError{0, ""};
 }
 
 struct Counts {
@@ -74,7 +75,7 @@ class TraceClassification : public ::testing::TestWithParam<TraceExpectation> {}
 // send robot/log notifications. Every request is answered once, with its own id, on its connection.
 TEST_P(TraceClassification, EveryBodyHasTheKindItsDirectionImplies) {
   std::filesystem::path file = std::filesystem::path(RJG_TRACES_DIR) / GetParam().file;
-  if (!std::filesystem::exists(file)) GTEST_SKIP() << "trace file " << file << " is absent";
+  ASSERT_TRUE(std::filesystem::exists(file)) << "fixture missing: trace file " << file;
 
   Counts c2s, s2c;
   std::map<int, std::multiset<std::string>> requested, answered;
@@ -86,7 +87,7 @@ TEST_P(TraceClassification, EveryBodyHasTheKindItsDirectionImplies) {
     auto classified = rjg::parse_message(rec.body);
     if (auto* e = std::get_if<ProtocolError>(&classified)) {
       EXPECT_EQ(e->code, rjg::protocol::kParseError) << rec.body;
-      EXPECT_TRUE(e->id.is_null());
+      EXPECT_EQ(e->id_text, "null");
       ++counts.parse_error;
       ++unreadable[rec.conn];
       continue;
@@ -185,18 +186,18 @@ TEST(Message, MalformedJsonIsParseErrorWithNullId) {
   // Recorded in reference-edge-cases.jsonl: a body cut short, whose id is therefore unreadable.
   auto e = as_error(rjg::parse_message(R"({"jsonrpc":"2.0","method":"robot/initialize","id":1,"params":)"));
   EXPECT_EQ(e.code, rjg::protocol::kParseError);
-  EXPECT_TRUE(e.id.is_null());
+  EXPECT_EQ(e.id_text, "null");
   for (const char* body : {"", "{", "not json", "{\"a\":1}}", "\xff\xfe"}) {
     auto err = as_error(rjg::parse_message(body));
     EXPECT_EQ(err.code, rjg::protocol::kParseError) << body;
-    EXPECT_TRUE(err.id.is_null()) << body;
+    EXPECT_EQ(err.id_text, "null") << body;
   }
 }
 
 struct Invalid {
   const char* name;
   const char* body;
-  json::value id;  // expected in the answer
+  const char* id_text;  // expected in the answer: the id exactly as sent, or null
 };
 void PrintTo(const Invalid& c, std::ostream* os) { *os << c.name; }
 
@@ -205,29 +206,32 @@ class InvalidRequests : public ::testing::TestWithParam<Invalid> {};
 TEST_P(InvalidRequests, AnswerInvalidRequestWithTheReadableId) {
   auto e = as_error(rjg::parse_message(GetParam().body));
   EXPECT_EQ(e.code, rjg::protocol::kInvalidRequest) << e.message;
-  EXPECT_EQ(e.id, GetParam().id) << e.message;
-  EXPECT_EQ(e.id.kind(), GetParam().id.kind());
+  EXPECT_EQ(e.id_text, GetParam().id_text) << e.message;  // a string id stays a string, a number a number
   EXPECT_TRUE(e.message.starts_with("Invalid Request")) << e.message;
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, InvalidRequests,
-    ::testing::Values(Invalid{"missing_jsonrpc", R"({"id":"3","method":"robot/initialize"})", "3"},
-                      Invalid{"wrong_version", R"({"jsonrpc":"1.0","id":4,"method":"robot/initialize"})", 4},
-                      Invalid{"version_not_string", R"({"jsonrpc":2.0,"id":"v","method":"robot/initialize"})", "v"},
-                      Invalid{"method_not_string", R"({"jsonrpc":"2.0","id":"5","method":5})", "5"},
-                      Invalid{"params_number", R"({"jsonrpc":"2.0","id":"6","method":"robot/run_keyword","params":1})", "6"},
-                      Invalid{"params_string", R"({"jsonrpc":"2.0","id":6,"method":"robot/run_keyword","params":"x"})", 6},
-                      Invalid{"array_batch", R"([{"jsonrpc":"2.0","id":"1","method":"robot/initialize"}])", nullptr},
-                      Invalid{"scalar", R"(42)", nullptr},
+    ::testing::Values(Invalid{"missing_jsonrpc", R"({"id":"3","method":"robot/initialize"})", R"("3")"},
+                      Invalid{"wrong_version", R"({"jsonrpc":"1.0","id":4,"method":"robot/initialize"})", "4"},
+                      Invalid{"version_not_string", R"({"jsonrpc":2.0,"id":"v","method":"robot/initialize"})", R"("v")"},
+                      Invalid{"method_not_string", R"({"jsonrpc":"2.0","id":"5","method":5})", R"("5")"},
+                      Invalid{"params_number", R"({"jsonrpc":"2.0","id":"6","method":"robot/run_keyword","params":1})", R"("6")"},
+                      Invalid{"params_string", R"({"jsonrpc":"2.0","id":6,"method":"robot/run_keyword","params":"x"})", "6"},
+                      Invalid{"array_batch", R"([{"jsonrpc":"2.0","id":"1","method":"robot/initialize"}])", "null"},
+                      Invalid{"scalar", R"(42)", "null"},
                       Invalid{"result_and_error",
-                              R"({"jsonrpc":"2.0","id":"9","result":{},"error":{"code":-32603,"message":"x"}})", "9"},
-                      Invalid{"neither_result_nor_error", R"({"jsonrpc":"2.0","id":"10"})", "10"},
-                      Invalid{"error_without_code", R"({"jsonrpc":"2.0","id":"11","error":{"message":"x"}})", "11"},
-                      Invalid{"null_id_on_request", R"({"jsonrpc":"2.0","id":null,"method":"robot/initialize"})", nullptr},
+                              R"({"jsonrpc":"2.0","id":"9","result":{},"error":{"code":-32603,"message":"x"}})", R"("9")"},
+                      Invalid{"neither_result_nor_error", R"({"jsonrpc":"2.0","id":"10"})", R"("10")"},
+                      Invalid{"error_without_code", R"({"jsonrpc":"2.0","id":"11","error":{"message":"x"}})", R"("11")"},
+                      Invalid{"null_id_on_request", R"({"jsonrpc":"2.0","id":null,"method":"robot/initialize"})", "null"},
                       Invalid{"object_id_on_request", R"({"jsonrpc":"2.0","id":{"a":1},"method":"robot/initialize"})",
-                              nullptr},
-                      Invalid{"nothing_to_classify", R"({"jsonrpc":"2.0"})", nullptr}),
+                              "null"},
+                      Invalid{"nothing_to_classify", R"({"jsonrpc":"2.0"})", "null"},
+                      // The id as sent, spelling and escapes included.
+                      Invalid{"id_text_kept", R"({"jsonrpc":"1.0","id":1E+2,"method":"robot/initialize"})", "1E+2"},
+                      Invalid{"id_escapes_kept", R"({"jsonrpc":"1.0","id":"\u00e9\/","method":"robot/initialize"})",
+                              R"("\u00e9\/")"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Message, NestingDeeperThanTheLimitIsParseError) {
@@ -242,7 +246,7 @@ TEST(Message, NestingDeeperThanTheLimitIsParseError) {
   EXPECT_EQ(as_message(rjg::parse_message(nested(8), limits)).kind, Kind::notification);
   auto e = as_error(rjg::parse_message(nested(9), limits));
   EXPECT_EQ(e.code, rjg::protocol::kParseError);
-  EXPECT_TRUE(e.id.is_null());
+  EXPECT_EQ(e.id_text, "null");
   EXPECT_NE(e.message.find("nesting"), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("8"), std::string::npos) << e.message;
 
@@ -251,18 +255,111 @@ TEST(Message, NestingDeeperThanTheLimitIsParseError) {
   EXPECT_EQ(as_error(rjg::parse_message(bomb)).code, rjg::protocol::kParseError);
 }
 
-TEST(Message, UnknownFieldsSurviveClassification) {
-  auto m = as_message(rjg::parse_message(
-      R"({"jsonrpc":"2.0","id":"1","method":"robot/run_keyword","x-trace":{"span":[1,2]},)"
-      R"("params":{"library_token":"t","name":"Echo","args":[{"__pickled__":"80049500"}],"future":true}})"));
+// The body is kept as received: unknown fields, white space and every value's spelling travel on.
+TEST(Message, UnknownFieldsSurviveByteForByte) {
+  const std::string params =
+      R"({"library_token":"t", "name":"Echo","args":[{"__pickled__":"80049500"}],"future":true})";
+  const std::string body = "{\"jsonrpc\":\"2.0\", \"id\":\"1\",\"method\":\"robot/run_keyword\",\n"
+                           "  \"x-trace\":{\"span\":[1,2]},\"params\":" + params + "} ";
+  auto m = as_message(rjg::parse_message(body));
   ASSERT_EQ(m.kind, Kind::request);
-  EXPECT_EQ(m.object.at("x-trace"), json::parse(R"({"span":[1,2]})"));
+  EXPECT_EQ(m.text(), body);
+  EXPECT_EQ(m.params_text(), params);
+  EXPECT_EQ(m.params_kind(), rjg::jsontext::Kind::object);
+  // The tree view is parsed from the same text.
   EXPECT_EQ(m.params().at("future"), json::value(true));
   EXPECT_EQ(m.params().at("args"), json::parse(R"([{"__pickled__":"80049500"}])"));
 
-  auto r = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","id":"2","result":{},"extra":[null]})"));
+  const std::string response = R"({"jsonrpc":"2.0","id":"2","result":{},"extra":[null]})";
+  auto r = as_message(rjg::parse_message(response));
   ASSERT_EQ(r.kind, Kind::response);
-  EXPECT_EQ(r.object.at("extra"), json::parse("[null]"));
+  EXPECT_EQ(r.text(), response);
+  EXPECT_EQ(r.result_text(), "{}");
+}
+
+// Number texts are never read into a double and written back: 1E+2 stays 1E+2 (not 100 or 1e2),
+// -0.0 keeps its sign and fraction, integers beyond 64 bits keep every digit.
+TEST(Message, NumberTextsAreKept) {
+  for (std::string number : {"1E+2", "-0.0", "18446744073709551617", "1234567890123456789012345678901234567890",
+                             "0.10", "-5e-3"}) {
+    const std::string request = R"({"jsonrpc":"2.0","id":)" + number +
+                                R"(,"method":"robot/run_keyword","params":{"args":[)" + number + "]}}";
+    auto m = as_message(rjg::parse_message(request));
+    ASSERT_EQ(m.kind, Kind::request) << request;
+    EXPECT_EQ(m.text(), request);
+    EXPECT_EQ(m.id_text(), number);
+    EXPECT_EQ(m.params_text(), R"({"args":[)" + number + "]}");
+
+    const std::string response = R"({"jsonrpc":"2.0","id":)" + number + R"(,"result":)" + number + "}";
+    auto r = as_message(rjg::parse_message(response));
+    ASSERT_EQ(r.kind, Kind::response) << response;
+    EXPECT_EQ(r.id_text(), number);
+    EXPECT_EQ(r.result_text(), number);
+    // Answering with the raw builders carries the texts through.
+    EXPECT_EQ(rjg::make_result_raw(m.id_text(), r.result_text()), response);
+
+    const std::string error = R"({"jsonrpc":"2.0","id":)" + number +
+                              R"(,"error":{"code":-32001,"message":"m","data":)" + number + "}}";
+    auto e = as_message(rjg::parse_message(error));
+    ASSERT_EQ(e.kind, Kind::error_response) << error;
+    EXPECT_EQ(e.error_data_text(), number);
+    EXPECT_EQ(e.text(), error);
+  }
+}
+
+// String escapes are kept as sent; decoded values are what the escapes mean.
+TEST(Message, StringEscapesAreKept) {
+  const std::string body =
+      R"({"jsonrpc":"2.0","id":"\u00e9\/","method":"robot\/log","params":{"message":"caf\u00e9 \/ \"q\""}})";
+  auto m = as_message(rjg::parse_message(body));
+  ASSERT_EQ(m.kind, Kind::request);
+  EXPECT_EQ(m.text(), body);
+  EXPECT_EQ(m.id_text(), R"("\u00e9\/")");
+  EXPECT_EQ(m.id(), json::value("\xC3\xA9/"));
+  EXPECT_EQ(m.method(), "robot/log");  // decoded
+  EXPECT_EQ(m.params_text(), R"({"message":"caf\u00e9 \/ \"q\""})");
+  EXPECT_EQ(m.params().at("message"), json::value("caf\xC3\xA9 / \"q\""));
+
+  auto e = as_message(rjg::parse_message(
+      R"({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"bad \u00e9\/","data":"\ud83d\ude00"}})"));
+  ASSERT_EQ(e.kind, Kind::error_response);
+  EXPECT_EQ(e.error_code(), -32700);
+  EXPECT_EQ(e.error_message(), "bad \xC3\xA9/");
+  EXPECT_EQ(e.error_data_text(), R"("\ud83d\ude00")");
+}
+
+// with_id() replaces the id's text and nothing else, for every kind that has an id.
+TEST(Message, WithIdChangesOnlyTheId) {
+  const std::string head = R"({ "jsonrpc" : "2.0", "id" : )";
+  const std::string tail = R"( , "method":"robot\/run_keyword","params":{"args":[1E+2,-0.0,"\u00e9\/"]},"x":{}} )";
+  auto m = as_message(rjg::parse_message(head + R"("client-7")" + tail));
+  ASSERT_EQ(m.kind, Kind::request);
+  for (std::string new_id : {R"("gw-1")", "18446744073709551617", R"("\u00e9\"")"}) {
+    const std::string changed = m.with_id(new_id);
+    EXPECT_EQ(changed, head + new_id + tail);
+    auto again = as_message(rjg::parse_message(changed));
+    EXPECT_EQ(again.kind, Kind::request);
+    EXPECT_EQ(again.id_text(), new_id);
+    EXPECT_EQ(again.method(), m.method());
+    EXPECT_EQ(again.params_text(), m.params_text());
+  }
+
+  const std::string response = R"({"jsonrpc":"2.0","result":{"result":1E+2},"id":"w-3"})";
+  auto r = as_message(rjg::parse_message(response));
+  EXPECT_EQ(r.with_id(R"("c-9")"), R"({"jsonrpc":"2.0","result":{"result":1E+2},"id":"c-9"})");
+
+  auto e = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","id":7,"error":{"code":-32001,"message":"x"}})"));
+  EXPECT_EQ(e.with_id("8"), R"({"jsonrpc":"2.0","id":8,"error":{"code":-32001,"message":"x"}})");
+
+  // A duplicated id: the last one is the id (as Python's json module reads it), and the one replaced.
+  auto dup = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","id":"a","method":"robot/shutdown","id":"b"})"));
+  EXPECT_EQ(dup.id_text(), R"("b")");
+  EXPECT_EQ(dup.with_id("1"), R"({"jsonrpc":"2.0","id":"a","method":"robot/shutdown","id":1})");
+
+  // A notification has no id to change.
+  const std::string notification = R"({"jsonrpc":"2.0","method":"robot/log","params":{"message":"m"}})";
+  auto n = as_message(rjg::parse_message(notification));
+  EXPECT_EQ(n.with_id(R"("x")"), notification);
 }
 
 TEST(Message, AccessorsOnEachKind) {
@@ -270,15 +367,23 @@ TEST(Message, AccessorsOnEachKind) {
   EXPECT_EQ(n.kind, Kind::notification);
   EXPECT_EQ(n.method(), rjg::protocol::kInitialized);
   EXPECT_TRUE(n.params().is_null());  // absent params read as null
+  EXPECT_EQ(n.params_text(), "");
+  EXPECT_EQ(n.id_text(), "null");
 
   auto r = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","id":"4","result":{"result":"x"}})"));
   EXPECT_EQ(r.kind, Kind::response);
   EXPECT_EQ(r.result(), json::parse(R"({"result":"x"})"));
+  EXPECT_EQ(r.result_text(), R"({"result":"x"})");
+  EXPECT_EQ(r.id_text(), R"("4")");
 
   auto e = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"bad"}})"));
   EXPECT_EQ(e.kind, Kind::error_response);
   EXPECT_TRUE(e.id().is_null());
   EXPECT_EQ(e.error().at("code"), json::value(-32700));
+  EXPECT_EQ(e.id_text(), "null");
+  EXPECT_EQ(e.error_code(), -32700);
+  EXPECT_EQ(e.error_message(), "bad");
+  EXPECT_EQ(e.error_data_text(), "");  // absent
 }
 
 }  // namespace
@@ -290,7 +395,7 @@ TEST(MessageTest, NumbersBeyondADoubleAreAParseError) {
     auto classified = rjg::parse_message(body);
     ASSERT_TRUE(std::holds_alternative<rjg::ProtocolError>(classified)) << body;
     EXPECT_EQ(std::get<rjg::ProtocolError>(classified).code, rjg::protocol::kParseError) << body;
-    EXPECT_TRUE(std::get<rjg::ProtocolError>(classified).id.is_null()) << body;
+    EXPECT_EQ(std::get<rjg::ProtocolError>(classified).id_text, "null") << body;
   }
   EXPECT_TRUE(std::holds_alternative<rjg::Message>(
       rjg::parse_message(R"({"jsonrpc":"2.0","id":"1","method":"robot/run_keyword","params":{"args":[1e300]}})")));

@@ -1,0 +1,402 @@
+#include "common/protocol/json_text.hpp"
+
+#include <boost/json/parse.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+namespace rjg::jsontext {
+namespace {
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// One pass over a text: validates it and records the root object's members.
+class Scanner {
+ public:
+  Scanner(std::string_view text, const Limits& limits) : s_(text), limits_(limits) {}
+
+  std::pair<std::optional<Scanned>, std::optional<Error>> run() {
+    struct Frame {
+      bool object;
+      std::size_t start;
+    };
+    std::vector<Frame> stack;
+    Scanned out;
+    std::string key;  // of the root member being read
+
+    // A value [start, pos_) of `kind` is complete: note it where it belongs.
+    auto complete = [&](Kind kind, std::size_t start) {
+      if (stack.empty()) {
+        out.kind = kind;
+        out.root = {start, pos_ - start};
+      }
+      if (stack.size() == 1 && stack[0].object) out.members.push_back({std::move(key), kind, {start, pos_ - start}});
+    };
+
+    skip_space();
+    for (;;) {
+      // At the start of a value.
+      skip_space();
+      if (at_end()) return fail("unexpected end of input");
+      const std::size_t start = pos_;
+      const char c = s_[pos_];
+      std::optional<Kind> kind;
+      if (c == '{' || c == '[') {
+        if (stack.size() >= limits_.max_depth) return fail("nesting is too deep", true);
+        const bool object = c == '{';
+        ++pos_;
+        skip_space();
+        if (!at_end() && s_[pos_] == (object ? '}' : ']')) {
+          ++pos_;
+          kind = object ? Kind::object : Kind::array;
+        } else {
+          stack.push_back({object, start});
+          if (object && !read_key(stack.size() == 1 ? &key : nullptr)) return error();
+          continue;
+        }
+      } else if (c == '"') {
+        if (!read_string()) return error();
+        kind = Kind::string;
+      } else if (c == 't' || c == 'f') {
+        if (!read_literal(c == 't' ? "true" : "false")) return error();
+        kind = Kind::boolean;
+      } else if (c == 'n') {
+        if (!read_literal("null")) return error();
+        kind = Kind::null;
+      } else if (c == '-' || is_digit(c)) {
+        if (!read_number()) return error();
+        kind = Kind::number;
+      } else {
+        return fail("unexpected character");
+      }
+
+      // A value is complete; close every container that ends here, then go on to the next value.
+      std::size_t value_start = start;
+      Kind value_kind = *kind;
+      for (;;) {
+        complete(value_kind, value_start);
+        if (stack.empty()) {
+          skip_space();
+          if (!at_end()) return fail("unexpected text after the JSON value");
+          return {std::move(out), std::nullopt};
+        }
+        skip_space();
+        if (at_end()) return fail("unexpected end of input");
+        const Frame top = stack.back();
+        if (s_[pos_] == ',') {
+          ++pos_;
+          if (top.object && !read_key(stack.size() == 1 ? &key : nullptr)) return error();
+          break;
+        }
+        if (s_[pos_] != (top.object ? '}' : ']'))
+          return fail(top.object ? "expected ',' or '}' in an object" : "expected ',' or ']' in an array");
+        ++pos_;
+        stack.pop_back();
+        value_start = top.start;
+        value_kind = top.object ? Kind::object : Kind::array;
+      }
+    }
+  }
+
+ private:
+  bool at_end() const { return pos_ >= s_.size(); }
+  void skip_space() {
+    while (pos_ < s_.size() && is_space(s_[pos_])) ++pos_;
+  }
+  std::pair<std::optional<Scanned>, std::optional<Error>> fail(std::string message, bool too_deep = false) {
+    set_error(std::move(message), too_deep);
+    return error();
+  }
+  std::pair<std::optional<Scanned>, std::optional<Error>> error() { return {std::nullopt, std::move(error_)}; }
+  bool set_error(std::string message, bool too_deep = false) {
+    error_ = Error{std::move(message), pos_, too_deep};
+    return false;
+  }
+
+  // A member's key and the colon after it; decodes the key into *key when asked.
+  bool read_key(std::string* key) {
+    skip_space();
+    if (at_end() || s_[pos_] != '"') return set_error("expected a string key in an object");
+    const std::size_t start = pos_;
+    if (!read_string()) return false;
+    if (key) *key = decode_string(s_.substr(start, pos_ - start));
+    skip_space();
+    if (at_end() || s_[pos_] != ':') return set_error("expected ':' after a key");
+    ++pos_;
+    return true;
+  }
+
+  bool read_literal(std::string_view word) {
+    if (s_.substr(pos_, word.size()) != word) return set_error("invalid literal");
+    pos_ += word.size();
+    return true;
+  }
+
+  bool read_number() {
+    const std::size_t start = pos_;
+    bool plain_integer = true;
+    if (s_[pos_] == '-') ++pos_;
+    if (at_end() || !is_digit(s_[pos_])) return set_error("invalid number");
+    if (s_[pos_] == '0') {
+      ++pos_;
+    } else {
+      while (!at_end() && is_digit(s_[pos_])) ++pos_;
+    }
+    if (!at_end() && s_[pos_] == '.') {
+      plain_integer = false;
+      ++pos_;
+      if (at_end() || !is_digit(s_[pos_])) return set_error("invalid number: digits must follow '.'");
+      while (!at_end() && is_digit(s_[pos_])) ++pos_;
+    }
+    if (!at_end() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
+      plain_integer = false;
+      ++pos_;
+      if (!at_end() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
+      if (at_end() || !is_digit(s_[pos_])) return set_error("invalid number: digits must follow the exponent");
+      while (!at_end() && is_digit(s_[pos_])) ++pos_;
+    }
+    // Only numbers that could be out of range are converted, and with Boost.JSON itself, so that every
+    // text this accepts also builds a tree with finite numbers (it reads 1e400 and 0e400 as infinity and
+    // NaN, and refuses exponents beyond its range).
+    if (limits_.refuse_out_of_range_numbers && (!plain_integer || pos_ - start > 18)) {
+      boost::json::error_code ec;
+      const auto value = boost::json::parse(s_.substr(start, pos_ - start), ec);
+      if (ec || (value.is_double() && !std::isfinite(value.get_double()))) {
+        pos_ = start;
+        return set_error("a number is out of the range of a double");
+      }
+    }
+    return true;
+  }
+
+  // At the opening quote; leaves pos_ after the closing one.
+  bool read_string() {
+    ++pos_;
+    for (;;) {
+      if (at_end()) return set_error("unterminated string");
+      const auto c = static_cast<unsigned char>(s_[pos_]);
+      if (c == '"') {
+        ++pos_;
+        return true;
+      }
+      if (c == '\\') {
+        if (pos_ + 1 >= s_.size()) return set_error("unterminated string");
+        const char e = s_[pos_ + 1];
+        if (e == 'u') {
+          const auto unit = read_u_escape(pos_);
+          if (!unit) return set_error("invalid \\u escape");
+          pos_ += 6;
+          // UTF-16 surrogates come in pairs: a high one, then a low one; either alone is refused.
+          if (*unit >= 0xDC00 && *unit <= 0xDFFF) return set_error("lone low surrogate in a \\u escape");
+          if (*unit >= 0xD800 && *unit <= 0xDBFF) {
+            const auto low = read_u_escape(pos_);
+            if (!low || *low < 0xDC00 || *low > 0xDFFF) return set_error("lone high surrogate in a \\u escape");
+            pos_ += 6;
+          }
+        } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+          pos_ += 2;
+        } else {
+          return set_error("invalid escape in a string");
+        }
+        continue;
+      }
+      if (c < 0x20) return set_error("control character in a string (it must be escaped)");
+      if (c < 0x80) {
+        ++pos_;
+        continue;
+      }
+      if (!read_utf8(c)) return set_error("invalid UTF-8 in a string");
+    }
+  }
+
+  // The code unit of the \\uXXXX escape at `at`, or nothing when it is not one.
+  std::optional<std::uint32_t> read_u_escape(std::size_t at) const {
+    if (at + 6 > s_.size() || s_[at] != '\\' || s_[at + 1] != 'u') return std::nullopt;
+    std::uint32_t v = 0;
+    for (std::size_t k = 2; k < 6; ++k) {
+      const int h = hex_value(s_[at + k]);
+      if (h < 0) return std::nullopt;
+      v = v * 16 + static_cast<std::uint32_t>(h);
+    }
+    return v;
+  }
+
+  // One multi-byte UTF-8 sequence: no overlong forms, no surrogates, nothing above U+10FFFF.
+  bool read_utf8(unsigned char lead) {
+    std::size_t extra;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      extra = 1;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      extra = 2;
+      if (lead == 0xE0) lo = 0xA0;
+      if (lead == 0xED) hi = 0x9F;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      extra = 3;
+      if (lead == 0xF0) lo = 0x90;
+      if (lead == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (pos_ + extra >= s_.size()) return false;
+    for (std::size_t k = 1; k <= extra; ++k) {
+      const auto b = static_cast<unsigned char>(s_[pos_ + k]);
+      const unsigned char min = k == 1 ? lo : 0x80, max = k == 1 ? hi : 0xBF;
+      if (b < min || b > max) return false;
+    }
+    pos_ += extra + 1;
+    return true;
+  }
+
+  std::string_view s_;
+  const Limits& limits_;
+  std::size_t pos_ = 0;
+  std::optional<Error> error_;
+};
+
+void append_utf8(std::string& out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+std::uint32_t hex4(std::string_view s) {
+  std::uint32_t v = 0;
+  for (char c : s.substr(0, 4)) v = v * 16 + static_cast<std::uint32_t>(hex_value(c));
+  return v;
+}
+
+}  // namespace
+
+std::string_view to_string(Kind kind) {
+  switch (kind) {
+    case Kind::null: return "null";
+    case Kind::boolean: return "a boolean";
+    case Kind::number: return "a number";
+    case Kind::string: return "a string";
+    case Kind::array: return "a list";
+    case Kind::object: return "an object";
+  }
+  return "?";
+}
+
+std::pair<std::optional<Scanned>, std::optional<Error>> scan(std::string_view text, const Limits& limits) {
+  return Scanner(text, limits).run();
+}
+
+std::vector<Member> members(std::string_view object_text) {
+  static const Limits unbounded{std::numeric_limits<std::size_t>::max(), false};
+  auto [scanned, error] = scan(object_text, unbounded);
+  if (!scanned || scanned->kind != Kind::object) return {};
+  return std::move(scanned->members);
+}
+
+const Member* find(const std::vector<Member>& members, std::string_view key) {
+  for (auto it = members.rbegin(); it != members.rend(); ++it)
+    if (it->key == key) return &*it;
+  return nullptr;
+}
+
+std::string decode_string(std::string_view literal) {
+  std::string out;
+  if (literal.size() < 2) return out;
+  std::string_view s = literal.substr(1, literal.size() - 2);
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\' || i + 1 >= s.size()) {
+      out += s[i];
+      continue;
+    }
+    const char e = s[++i];
+    switch (e) {
+      case 'b': out += '\b'; break;
+      case 'f': out += '\f'; break;
+      case 'n': out += '\n'; break;
+      case 'r': out += '\r'; break;
+      case 't': out += '\t'; break;
+      case 'u': {
+        std::uint32_t cp = hex4(s.substr(i + 1));
+        i += 4;
+        if (cp >= 0xD800 && cp <= 0xDBFF && i + 6 < s.size() && s[i + 1] == '\\' && s[i + 2] == 'u') {
+          const std::uint32_t low = hex4(s.substr(i + 3));
+          if (low >= 0xDC00 && low <= 0xDFFF) {
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+            i += 6;
+          }
+        }
+        if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFD;
+        append_utf8(out, cp);
+        break;
+      }
+      default: out += e; break;  // " \ /
+    }
+  }
+  return out;
+}
+
+std::string quote(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size() + 2);
+  out += '"';
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += "\\u00";
+          out += kHex[(c >> 4) & 0xF];
+          out += kHex[c & 0xF];
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+  return out;
+}
+
+std::string splice(std::string_view text, std::vector<std::pair<Slice, std::string>> edits) {
+  std::sort(edits.begin(), edits.end(), [](const auto& a, const auto& b) { return a.first.offset < b.first.offset; });
+  std::string out;
+  std::size_t size = text.size();
+  for (const auto& [slice, replacement] : edits) size = size - slice.size + replacement.size();
+  out.reserve(size);
+  std::size_t at = 0;
+  for (const auto& [slice, replacement] : edits) {
+    out.append(text.substr(at, slice.offset - at));
+    out.append(replacement);
+    at = slice.offset + slice.size;
+  }
+  out.append(text.substr(std::min(at, text.size())));
+  return out;
+}
+
+}  // namespace rjg::jsontext

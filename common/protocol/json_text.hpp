@@ -1,0 +1,79 @@
+// JSON as text: a validating scanner that finds where values are without building a tree, so that the
+// gateway reads the few fields it owns and passes every other byte on exactly as it came (number texts
+// included: no round trip through a double, no re-encoding of strings).
+//
+// Work is linear in the input: one pass, an explicit stack for nesting, and no hashing of keys.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace rjg::jsontext {
+
+enum class Kind : std::uint8_t { null, boolean, number, string, array, object };
+
+std::string_view to_string(Kind kind);  // "null", "a boolean", "a number", "a string", "a list", "an object"
+
+// A range of bytes inside a text.
+struct Slice {
+  std::size_t offset = 0;
+  std::size_t size = 0;
+  std::string_view of(std::string_view text) const { return text.substr(offset, size); }
+};
+
+// One member of an object: its key (decoded) and where its value is.
+struct Member {
+  std::string key;
+  Kind kind = Kind::null;
+  Slice value;
+};
+
+struct Limits {
+  std::size_t max_depth = 64;  // nesting of arrays and objects; deeper is an error
+  // Numbers whose value is beyond a double (1e400) are refused. (The gateway passes number texts on
+  // unchanged, but its peers' parsers may not take them.)
+  bool refuse_out_of_range_numbers = true;
+};
+
+struct Error {
+  std::string message;  // "invalid literal", "unterminated string", ...
+  std::size_t offset = 0;
+  bool too_deep = false;
+};
+
+// The result of scanning one JSON text: the root's kind and place, and when the root is an object,
+// its members in order (a key that occurs twice is listed twice; lookups take the last, as Python's
+// json module does).
+struct Scanned {
+  Kind kind = Kind::null;
+  Slice root;
+  std::vector<Member> members;
+};
+
+// Validates `text` as exactly one JSON value (RFC 8259, UTF-8, white space around it allowed; \u
+// escapes of UTF-16 surrogates only in high-low pairs).
+std::pair<std::optional<Scanned>, std::optional<Error>> scan(std::string_view text, const Limits& limits = {});
+
+// The members of an object text that is already known to be valid JSON (from scan()); empty for
+// anything that is not an object. Slices are relative to `object_text`.
+std::vector<Member> members(std::string_view object_text);
+
+// The last member named `key`, or nullptr.
+const Member* find(const std::vector<Member>& members, std::string_view key);
+
+// The text of a valid JSON string literal (quotes included) decoded to UTF-8. (scan() refuses lone
+// surrogate escapes, as Boost.JSON does; should one reach here anyway it becomes U+FFFD.)
+std::string decode_string(std::string_view literal);
+
+// `s` as a JSON string literal (quotes included): ", \ and control characters escaped, the rest as is.
+std::string quote(std::string_view s);
+
+// `text` with each slice replaced by its new text. Edits must not overlap; any order.
+std::string splice(std::string_view text, std::vector<std::pair<Slice, std::string>> edits);
+
+}  // namespace rjg::jsontext

@@ -1,0 +1,188 @@
+// One protocol stream over any Asio byte stream (a TCP or Unix socket, stdin/stdout, a child's pipes,
+// an in-memory test stream): the framing, the single reader and the single writer in one place.
+// Bytes stop here: the reader yields classified messages; everything else enqueues JSON texts.
+//
+//   MessageStream<tcp::socket> stream(options, std::move(socket));
+//   co_spawn(ex, stream.run_writer(), ...);        // the one writer
+//   for (;;) { auto in = co_await stream.read(); ... }   // the one reader
+#pragma once
+
+#include "common/protocol/framing.hpp"
+#include "common/protocol/message.hpp"
+#include "common/runtime/async_event.hpp"
+#include "common/runtime/write_queue.hpp"
+
+#include <boost/asio/buffer.hpp>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace rjg {
+
+struct StreamOptions {
+  FramingLimits framing{};
+  FrameReader::Mode mode = FrameReader::Mode::strict;
+  JsonLimits json{};
+  // The write queue may hold this much before wait_for_room() makes producers wait.
+  std::size_t high_water = 4u << 20;
+};
+
+// What one read() returns.
+struct Incoming {
+  enum class Kind {
+    message,        // a classified message
+    invalid,        // a frame whose body is not a valid message: answer `problem` (the stream goes on)
+    framing_error,  // the byte stream cannot be trusted any more: `error` says why
+    closed,         // end of stream (`error` empty) or a read error (`error` says which)
+    cancelled,      // the read was cancelled (stream.cancel()); read() may be called again
+  };
+  Kind kind = Kind::closed;
+  std::optional<Message> message;
+  std::optional<ProtocolError> problem;
+  std::string body;   // kind invalid: the body, for the log
+  std::string error;  // kind framing_error and closed
+  boost::system::error_code read_error;  // kind closed: the read's error (eof at a clean end of stream)
+};
+
+template <typename Stream>
+class MessageStream {
+ public:
+  using clock = AsyncEvent::clock;
+
+  template <typename... StreamArgs>
+  explicit MessageStream(StreamOptions options, StreamArgs&&... stream_args)
+      : stream_(std::forward<StreamArgs>(stream_args)...),
+        options_(options),
+        reader_(options.framing, options.mode),
+        writer_(stream_, options.high_water),
+        buffer_(64 * 1024) {}
+
+  MessageStream(const MessageStream&) = delete;
+  MessageStream& operator=(const MessageStream&) = delete;
+
+  Stream& stream() { return stream_; }
+  auto get_executor() { return stream_.get_executor(); }
+
+  // --- reading (one reader at a time)
+
+  // Lenient mode: stray bytes that are not a frame are handed here (for the log) as they are skipped.
+  std::function<void(std::string_view)> on_stray_bytes;
+  // Called when the first bytes of a frame arrive and the frame is not complete yet.
+  std::function<void()> on_partial_frame;
+
+  asio::awaitable<Incoming> read() {
+    for (;;) {
+      auto r = reader_.next();
+      if (!r.skipped.empty() && on_stray_bytes) on_stray_bytes(r.skipped);
+      if (r.kind == FrameReader::Result::Kind::frame) {
+        mark_partial(reader_.buffered() > 0, true);
+        co_return classify(std::move(r.body));
+      }
+      if (r.kind == FrameReader::Result::Kind::error) {
+        Incoming in;
+        in.kind = Incoming::Kind::framing_error;
+        in.error = std::move(r.error);
+        co_return in;
+      }
+      mark_partial(reader_.buffered() > 0, false);
+      auto [ec, n] = co_await stream_.async_read_some(asio::buffer(buffer_), asio::as_tuple(asio::use_awaitable));
+      if (ec) {
+        Incoming in;
+        if (ec == asio::error::operation_aborted) {
+          in.kind = Incoming::Kind::cancelled;
+        } else {
+          in.kind = Incoming::Kind::closed;
+          in.read_error = ec;
+          if (ec != asio::error::eof) in.error = ec.message();
+        }
+        co_return in;
+      }
+      reader_.feed({buffer_.data(), n});
+    }
+  }
+
+  // Bytes received and not yet returned by read(): a partial frame, or whole frames not read yet.
+  std::size_t buffered() const { return reader_.buffered(); }
+  // Since when a frame has been arriving and is not complete; none between frames.
+  std::optional<clock::time_point> partial_since() const { return partial_since_; }
+
+  // --- writing (everything enqueues; run_writer() is the one writer)
+
+  void send(std::string_view json_text) { writer_.push(encode_frame(json_text)); }
+  // Bytes as they are, without framing (test peers that corrupt their own stream on purpose).
+  void send_raw(std::string bytes) { writer_.push(std::move(bytes)); }
+  // Resumes once the write queue is below its high-water mark (or the stream is gone).
+  asio::awaitable<void> wait_for_room() { return writer_.wait_for_room(); }
+  std::size_t queued_bytes() const { return writer_.queued_bytes(); }
+  bool write_failed() const { return writer_.failed(); }
+
+  asio::awaitable<void> run_writer() { return writer_.run(); }
+  // Writes what is queued, then run_writer() returns.
+  void close_writer() { writer_.close(); }
+  // Until run_writer() has returned, up to a deadline; false at the deadline.
+  asio::awaitable<bool> wait_written(clock::duration timeout) { return writer_.wait_finished(timeout); }
+
+ private:
+  Incoming classify(std::string body) {
+    Incoming in;
+    auto classified = parse_message(body, options_.json);
+    if (auto* bad = std::get_if<ProtocolError>(&classified)) {
+      in.kind = Incoming::Kind::invalid;
+      in.problem = std::move(*bad);
+      in.body = std::move(body);
+    } else {
+      in.kind = Incoming::Kind::message;
+      in.message.emplace(std::move(std::get<Message>(classified)));
+    }
+    return in;
+  }
+
+  // A frame's read time runs from its first byte until it is complete.
+  void mark_partial(bool partial, bool frame_done) {
+    if (!partial) {
+      partial_since_.reset();
+    } else if (!partial_since_ || frame_done) {
+      partial_since_ = clock::now();
+      if (on_partial_frame) on_partial_frame();
+    }
+  }
+
+  Stream stream_;
+  StreamOptions options_;
+  FrameReader reader_;
+  WriteQueue<Stream> writer_;
+  std::vector<char> buffer_;
+  std::optional<clock::time_point> partial_since_;
+};
+
+// Two one-way streams as one duplex stream: a child's stdout and stdin, or a program's own stdin
+// and stdout.
+template <typename ReadStream, typename WriteStream>
+class DuplexStream {
+ public:
+  using executor_type = typename ReadStream::executor_type;
+
+  DuplexStream(ReadStream in, WriteStream out) : in_(std::move(in)), out_(std::move(out)) {}
+
+  executor_type get_executor() { return in_.get_executor(); }
+  ReadStream& in() { return in_; }
+  WriteStream& out() { return out_; }
+
+  template <typename Buffers, typename Token>
+  auto async_read_some(const Buffers& buffers, Token&& token) {
+    return in_.async_read_some(buffers, std::forward<Token>(token));
+  }
+  template <typename Buffers, typename Token>
+  auto async_write_some(const Buffers& buffers, Token&& token) {
+    return out_.async_write_some(buffers, std::forward<Token>(token));
+  }
+
+ private:
+  ReadStream in_;
+  WriteStream out_;
+};
+
+}  // namespace rjg
