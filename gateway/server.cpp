@@ -1,5 +1,7 @@
 #include "gateway/server.hpp"
 
+#include "gateway/stream_connection.hpp"
+
 #include "common/protocol/framing.hpp"
 #include "common/log.hpp"
 #include "common/protocol/message.hpp"
@@ -95,14 +97,16 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor, std::string a
     }
     socket.set_option(tcp::no_delay(true), ec);
     auto number = next_session_++;
-    auto session = std::make_shared<Session>(std::move(socket), context_, number);
+    auto name = fmt::format("session {} ({}:{})", number, client, peer.port());
+    auto session = std::make_shared<StreamConnection<tcp::socket>>(std::move(socket), context_, context_.pools,
+                                                                   std::move(name));
     sessions_[number] = session;
     ++per_client_[client];
     session->start();
     // Forget sessions once they are gone, so neither map grows with every connection.
     asio::co_spawn(
         io_,
-        [this, number, client, weak = std::weak_ptr<Session>(session)]() -> asio::awaitable<void> {
+        [this, number, client, weak = std::weak_ptr<Connection>(session)]() -> asio::awaitable<void> {
           if (auto s = weak.lock()) co_await s->wait_closed();
           sessions_.erase(number);
           if (auto it = per_client_.find(client); it != per_client_.end() && --it->second == 0) per_client_.erase(it);
@@ -160,7 +164,7 @@ asio::awaitable<void> Server::shutdown() {
     log::warn("shutting down: {} requests still in flight after the drain timeout; ending them",
               context_.requests_in_flight);
 
-  std::vector<std::shared_ptr<Session>> live;
+  std::vector<std::shared_ptr<Connection>> live;
   for (auto& [number, weak] : sessions_)
     if (auto s = weak.lock()) live.push_back(std::move(s));
   for (auto& s : live) s->close("the gateway is shutting down");

@@ -2,15 +2,18 @@
 #pragma once
 
 #include "gateway/context.hpp"
-#include "gateway/session.hpp"
+#include "gateway/connection.hpp"
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
 namespace rjg::gateway {
+
+using tcp = asio::ip::tcp;
 
 class Server {
  public:
@@ -35,7 +38,7 @@ class Server {
   asio::io_context& io_;
   GatewayContext context_;
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
-  std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions_;
+  std::unordered_map<std::uint64_t, std::weak_ptr<Connection>> sessions_;
   std::unordered_map<std::string, std::size_t> per_client_;  // live sessions per source address
   std::uint64_t next_session_ = 1;
   bool stopping_ = false;

@@ -1,8 +1,12 @@
 // Library tokens are the gateway's: unguessable, issued per import, valid only on the connection that
-// imported the library, and mapped here to the worker and the worker's own token.
+// imported the library, and mapped here to the worker's own token. Translation both ways happens
+// here and nowhere else.
 #pragma once
 
-#include "workers/supervisor/pool.hpp"
+#include "common/protocol/message.hpp"
+#include "common/protocol/params.hpp"
+#include "config/config.hpp"
+#include "workers/supervisor/lease.hpp"
 
 #include <memory>
 #include <optional>
@@ -17,8 +21,7 @@ struct Import {
   std::string token;         // what the client holds
   std::string library;       // configured library name
   std::string worker_token;  // what the worker issued
-  std::shared_ptr<workers::Worker> worker;
-  workers::Lease lease;      // how the worker was obtained; returned to its pool when the import ends
+  std::shared_ptr<workers::Lease> lease;  // the only way to the worker; ended when the import ends
   const config::Library* config = nullptr;
 };
 
@@ -36,5 +39,23 @@ class TokenMap {
  private:
   std::unordered_map<std::string, Import> imports_;
 };
+
+// Client -> worker: run_keyword params with the worker's token in place of the gateway's; every
+// other byte as the client sent it.
+std::string to_worker(const params::RunKeyword& params, const Import& import);
+// Client -> worker: the finalize params the worker expects for this import.
+std::string finalize_params(const Import& import);
+
+// The worker's token in its robot/import_library answer, and where it is in the answer's text;
+// nullopt when the answer has none.
+struct WorkerToken {
+  std::string token;
+  Slice where;
+};
+std::optional<WorkerToken> worker_token_of(const Message& import_answer);
+// Worker -> client: the import answer with the client's id and the gateway's token; every other byte
+// (the definition, unknown fields) as the worker sent it.
+std::string to_client(const Message& import_answer, const WorkerToken& worker_token, std::string_view client_id_text,
+                      std::string_view gateway_token);
 
 }  // namespace rjg::gateway

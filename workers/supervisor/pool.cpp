@@ -83,7 +83,7 @@ std::shared_ptr<Worker> LibraryPool::pick_shared(bool idle_only) {
   return best;
 }
 
-asio::awaitable<Lease> LibraryPool::acquire() {
+asio::awaitable<Grant> LibraryPool::acquire() {
   const auto deadline = clock::now() + library_.queue_timeout;
   const bool shared = library_.isolation == config::Isolation::shared;
   for (;;) {
@@ -92,7 +92,7 @@ asio::awaitable<Lease> LibraryPool::acquire() {
     if (shared) {
       if (auto w = pick_shared(true)) {
         ++slots_.at(w.get()).imports;
-        co_return Lease{w, this, true};
+        co_return Grant{w, this, true};
       }
     } else {
       while (!ready_.empty()) {
@@ -102,7 +102,7 @@ asio::awaitable<Lease> LibraryPool::acquire() {
         if (w->alive() && w->state() == Worker::State::idle) {
           ++slots_.at(w.get()).imports;
           log::info("library {}: import served by prewarmed worker pid {}", library_.name, w->pid());
-          co_return Lease{w, this, true};
+          co_return Grant{w, this, true};
         }
       }
     }
@@ -112,13 +112,13 @@ asio::awaitable<Lease> LibraryPool::acquire() {
       auto w = co_await start_worker(false);
       ++slots_.at(w.get()).imports;
       prewarm_wake_.set();
-      co_return Lease{w, this, false};
+      co_return Grant{w, this, false};
     }
     if (shared) {
       // Every worker is busy and no new one may start: queue behind the least loaded one.
       if (auto w = pick_shared(false)) {
         ++slots_.at(w.get()).imports;
-        co_return Lease{w, this, true};
+        co_return Grant{w, this, true};
       }
     }
     // At capacity. Make room by ending an idle worker another library keeps warm, then wait.
@@ -223,8 +223,8 @@ void LibraryPool::start_prewarm() {
   asio::co_spawn(owner_.executor_, prewarm_loop(), log_exceptions("prewarm " + library_.name));
 }
 
-asio::awaitable<void> LibraryPool::release(Lease& lease, std::string reason) {
-  auto worker = std::move(lease.worker);
+asio::awaitable<void> LibraryPool::release(Grant& grant, std::string reason) {
+  auto worker = std::move(grant.worker);
   if (!worker) co_return;
   auto slot = slots_.find(worker.get());
   if (slot != slots_.end() && slot->second.imports > 0) --slot->second.imports;
@@ -269,21 +269,20 @@ void LibraryPool::retire(const std::shared_ptr<Worker>& worker, std::string reas
   log::info("worker {}[{}]: retired: {}", library_.name, worker->pid(), reason);
 }
 
-asio::awaitable<void> LibraryPool::shutdown() {
+void LibraryPool::shutdown() {
   stopping_ = true;
   prewarm_wake_.set();
   ready_.clear();
   auto workers = workers_;
   for (auto& w : workers)
     asio::co_spawn(owner_.executor_, w->stop("the gateway is shutting down"), log_exceptions("pool shutdown"));
-  co_return;
 }
 
 // --- WorkerPools -----------------------------------------------------------------------------
 
 WorkerPools::WorkerPools(asio::any_io_executor executor, const config::Config& config, ChildReaper& reaper,
                          WorkerOptions options)
-    : executor_(executor), config_(config), reaper_(reaper), options_(std::move(options)), all_gone_(executor) {
+    : executor_(executor), config_(config), reaper_(reaper), options_(std::move(options)) {
   std::size_t index = 0;
   for (const auto& library : config.libraries) pools_.push_back(std::make_unique<LibraryPool>(*this, library, index++));
 }
@@ -364,7 +363,7 @@ void WorkerPools::end_start() {
 }
 
 asio::awaitable<void> WorkerPools::shutdown() {
-  for (auto& p : pools_) co_await p->shutdown();
+  for (auto& p : pools_) p->shutdown();
   // Every stop is bounded by its grace periods; this bound only guards against a bug.
   const auto deadline = clock::now() + 5min;
   while (live_ > 0 && clock::now() < deadline) co_await wait_for_capacity(deadline);

@@ -5,6 +5,7 @@
 
 #include "common/runtime/async_event.hpp"
 #include "config/config.hpp"
+#include "workers/supervisor/lease.hpp"
 #include "workers/supervisor/reaper.hpp"
 #include "workers/supervisor/worker.hpp"
 
@@ -20,8 +21,8 @@ namespace rjg::workers {
 class WorkerPools;
 class LibraryPool;
 
-// A worker handed to one import. Return it with LibraryPool::release when the import ends.
-struct Lease {
+// A worker handed to one import (held by its PoolLease). Returned with LibraryPool::release.
+struct Grant {
   std::shared_ptr<Worker> worker;
   LibraryPool* pool = nullptr;
   bool prewarmed = false;  // served by a worker started before the import (a warm start)
@@ -33,10 +34,10 @@ class LibraryPool {
 
   // A worker for a new import: a prewarmed one, a shared one with room, or a new one; waits up to
   // queue_timeout for capacity. Throws WorkerError (kAtCapacity, start failures, crash backoff).
-  asio::awaitable<Lease> acquire();
+  asio::awaitable<Grant> acquire();
   // The import ended (finalized, failed, or its session went away). A dedicated worker is stopped;
   // a shared one stays for the next import unless it is draining.
-  asio::awaitable<void> release(Lease& lease, std::string reason);
+  asio::awaitable<void> release(Grant& grant, std::string reason);
   // After each keyword on a shared worker: recycle it (drain) once it reached max_keywords, max_age or
   // max_rss; it stops when its last import is released.
   void keyword_done(const std::shared_ptr<Worker>& worker);
@@ -44,11 +45,10 @@ class LibraryPool {
   void retire(const std::shared_ptr<Worker>& worker, std::string reason);
 
   const config::Library& library() const { return library_; }
-  std::size_t live() const { return workers_.size(); }
-  std::size_t ready() const { return ready_.size(); }
 
   void start_prewarm();
-  asio::awaitable<void> shutdown();
+  // Stops prewarming and asks every worker of this library to stop (without waiting).
+  void shutdown();
 
  private:
   friend class WorkerPools;
@@ -86,12 +86,14 @@ class LibraryPool {
   bool stopping_ = false;
 };
 
-class WorkerPools {
+class WorkerPools : public LeaseSource {
  public:
   WorkerPools(asio::any_io_executor executor, const config::Config& config, ChildReaper& reaper,
               WorkerOptions options);
 
   LibraryPool& pool(const config::Library& library);
+  // LeaseSource: a lease on a worker of the library's pool.
+  asio::awaitable<std::shared_ptr<Lease>> acquire(const config::Library& library) override;
   // Begins prewarming, spread out over time so a gateway start does not fork every worker at once.
   void start();
   // Stops every worker (politely) and waits until all are gone.
@@ -121,7 +123,6 @@ class WorkerPools {
   std::size_t starts_in_progress_ = 0;
   std::deque<std::shared_ptr<AsyncEvent>> import_start_waiters_;
   std::deque<std::shared_ptr<AsyncEvent>> prewarm_start_waiters_;
-  AsyncEvent all_gone_;
 };
 
 }  // namespace rjg::workers

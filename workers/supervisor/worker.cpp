@@ -49,11 +49,9 @@ Worker::Worker(asio::any_io_executor executor, const config::Library& library, S
       options_(options),
       pid_(process.pid),
       executable_(std::move(process.executable)),
-      stdin_(std::move(process.stdin_pipe)),
-      stdout_(std::move(process.stdout_pipe)),
+      channel_(StreamOptions{options.framing, FrameReader::Mode::lenient, JsonLimits{}, kStdinHighWater},
+               std::move(process.stdout_pipe), std::move(process.stdin_pipe)),
       stderr_(std::move(process.stderr_pipe)),
-      stdin_queue_(stdin_, kStdinHighWater),
-      reader_(options.framing, FrameReader::Mode::lenient),
       exited_(executor),
       stdout_done_(executor),
       stderr_done_(executor) {}
@@ -89,10 +87,10 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor exe
   asio::co_spawn(
       executor,
       [worker]() -> asio::awaitable<void> {
-        co_await worker->stdin_queue_.run();
+        co_await worker->channel_.run_writer();
         // Closing our end is how the worker sees EOF on stdin.
         boost::system::error_code ignored;
-        worker->stdin_.close(ignored);
+        worker->channel_.stream().out().close(ignored);
       },
       log_exceptions(where + " stdin"));
 
@@ -101,12 +99,12 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor exe
                                                    {"version", options.gateway_version}}}};
   std::optional<WorkerError> failure;
   try {
-    Message reply = co_await worker->request(protocol::kInitialize, std::move(params), {}, "robot/initialize",
+    Message reply = co_await worker->request(protocol::kInitialize, json::serialize(params), {}, "robot/initialize",
                                              library.startup_timeout);
     if (reply.kind == Message::Kind::error_response) {
       failure.emplace(protocol::kWorkerFailed,
                       fmt::format("The worker of library '{}' (pid {}) refused robot/initialize: {}", library.name,
-                                  worker->pid_, json::serialize(reply.error())));
+                                  worker->pid_, reply.text()));
     }
   } catch (const WorkerError& e) {
     failure = e;
@@ -121,7 +119,7 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor exe
     json::object data = worker->error_data();
     throw WorkerError(failure->code, std::move(message), std::move(data));
   }
-  worker->stdin_queue_.push(encode_frame(make_notification(protocol::kInitialized, json::object{})));
+  worker->channel_.send(make_notification_raw(protocol::kInitialized, "{}"));
   worker->set_state(State::idle, "handshake done");
   co_return worker;
 }
@@ -146,7 +144,7 @@ void Worker::release() {
   next->set();
 }
 
-asio::awaitable<Message> Worker::call(std::string_view method, json::value params,
+asio::awaitable<Message> Worker::call(std::string_view method, std::string params,
                                       std::weak_ptr<CallObserver> observer, std::string what,
                                       std::optional<config::Duration> timeout) {
   if (stopping_ || !alive()) throw WorkerError(protocol::kWorkerFailed, unavailable(what), error_data());
@@ -160,7 +158,7 @@ std::string Worker::unavailable(const std::string& what) const {
                      library_.name, pid_, stop_reason_);
 }
 
-asio::awaitable<Message> Worker::request(std::string_view method, json::value params,
+asio::awaitable<Message> Worker::request(std::string_view method, std::string params,
                                          std::weak_ptr<CallObserver> observer, std::string what,
                                          std::optional<config::Duration> timeout) {
   auto self = shared_from_this();
@@ -177,7 +175,7 @@ asio::awaitable<Message> Worker::request(std::string_view method, json::value pa
   in_flight_ = flight;
   current_call_ = what;
   if (state_ == State::idle) set_state(State::busy, what);
-  stdin_queue_.push(encode_frame(make_request(flight->id, method, std::move(params))));
+  channel_.send(make_request_raw(std::to_string(flight->id), method, params));
 
   bool answered = true;
   if (timeout) answered = co_await flight->done.wait_for(*timeout);
@@ -205,24 +203,23 @@ asio::awaitable<Message> Worker::request(std::string_view method, json::value pa
 }
 
 asio::awaitable<void> Worker::read_stdout() {
-  std::vector<char> buffer(64 * 1024);
+  channel_.on_stray_bytes = [this](std::string_view skipped) {
+    log::warn("worker {}[{}]: skipped {} bytes on stdout that are not a protocol frame: '{}'", library_.name, pid_,
+              skipped.size(), log::printable(skipped));
+  };
   std::string broken;
-  while (broken.empty()) {
-    auto [ec, n] = co_await stdout_.async_read_some(asio::buffer(buffer), asio::as_tuple(asio::use_awaitable));
-    if (ec) break;
-    reader_.feed({buffer.data(), n});
-    for (;;) {
-      auto r = reader_.next();
-      if (!r.skipped.empty()) {
-        log::warn("worker {}[{}]: skipped {} bytes on stdout that are not a protocol frame: '{}'", library_.name,
-                  pid_, r.skipped.size(), log::printable(r.skipped));
-      }
-      if (r.kind == FrameReader::Result::Kind::need_more) break;
-      if (r.kind == FrameReader::Result::Kind::error) {
-        broken = r.error;
-        break;
-      }
-      co_await handle_frame(std::move(r.body));
+  for (;;) {
+    Incoming in = co_await channel_.read();
+    if (in.kind == Incoming::Kind::message) {
+      co_await handle(std::move(*in.message));
+    } else if (in.kind == Incoming::Kind::invalid) {
+      log::warn("worker {}[{}]: skipped an invalid message ({}): '{}'", library_.name, pid_, in.problem->message,
+                log::printable(in.body));
+    } else if (in.kind == Incoming::Kind::framing_error) {
+      broken = std::move(in.error);
+      break;
+    } else {
+      break;  // end of stream, read error, or the pipe was closed
     }
   }
   stdout_closed_ = true;
@@ -253,17 +250,10 @@ asio::awaitable<void> Worker::read_stdout() {
 void Worker::fail_everything() {
   // The call in flight gets its error answer now; queued calls each fail fast when their turn comes.
   if (in_flight_ && !in_flight_->reply) in_flight_->done.set();
-  stdin_queue_.close();
+  channel_.close_writer();
 }
 
-asio::awaitable<void> Worker::handle_frame(std::string body) {
-  auto classified = parse_message(body);
-  if (auto* bad = std::get_if<ProtocolError>(&classified)) {
-    log::warn("worker {}[{}]: skipped an invalid message ({}): '{}'", library_.name, pid_, bad->message,
-              log::printable(body));
-    co_return;
-  }
-  auto& message = std::get<Message>(classified);
+asio::awaitable<void> Worker::handle(Message message) {
   switch (message.kind) {
     case Message::Kind::notification: {
       auto method = message.method();
@@ -275,31 +265,31 @@ asio::awaitable<void> Worker::handle_frame(std::string body) {
       if (in_flight_) observer = in_flight_->observer.lock();
       if (!observer) {
         log::info("worker {}[{}]: log outside any call: {}", library_.name, pid_,
-                  log::printable(json::serialize(message.params())));
+                  log::printable(message.params_text()));
         co_return;
       }
-      observer->relay_notification(body);
+      observer->relay_notification(message.text());
       co_await observer->wait_for_room();
       co_return;
     }
     case Message::Kind::request:
       // Workers have nothing to ask the gateway; answer so the worker does not wait forever.
-      stdin_queue_.push(encode_frame(make_error(message.id(), protocol::kMethodNotFound,
-                                                fmt::format("The gateway does not handle '{}'", message.method()))));
+      channel_.send(make_error_raw(message.id_text(), protocol::kMethodNotFound,
+                                                fmt::format("The gateway does not handle '{}'", message.method())));
       co_return;
     case Message::Kind::response:
     case Message::Kind::error_response: {
-      const auto& id = message.id();
+      const auto id = message.id_text();
       // An error with a null id is a worker that could not read our request at all: it belongs to the
       // call in flight (one at a time), which must not wait forever for another answer.
-      const bool ours = (id.is_int64() && in_flight_ && id.get_int64() == in_flight_->id) ||
-                        (id.is_null() && message.kind == Message::Kind::error_response);
+      const bool ours = (in_flight_ && id == std::to_string(in_flight_->id)) ||
+                        (id == "null" && message.kind == Message::Kind::error_response);
       if (in_flight_ && ours && !in_flight_->reply) {
         in_flight_->reply = std::move(message);
         in_flight_->done.set();
       } else {
         log::warn("worker {}[{}]: dropped a response with unexpected id {} (late answer to a call that timed out?)",
-                  library_.name, pid_, id_to_string(id));
+                  library_.name, pid_, id);
       }
       co_return;
     }
@@ -375,7 +365,7 @@ void Worker::on_exit(ExitStatus status) {
           if (co_await self->stdout_done_.wait_for(2s)) co_return;
           log::warn("worker {}[{}]: stdout still open after exit; closing it", self->library_.name, self->pid_);
           boost::system::error_code ignored;
-          self->stdout_.close(ignored);
+          self->channel_.stream().in().close(ignored);
           self->stderr_.close(ignored);
         },
         log_exceptions("worker exit watch"));
@@ -395,13 +385,13 @@ asio::awaitable<void> Worker::stop(std::string reason, bool polite) {
 
   if (polite && alive() && !busy_) {
     try {
-      co_await request(protocol::kShutdown, json::object{}, {}, "robot/shutdown", grace);
+      co_await request(protocol::kShutdown, "{}", {}, "robot/shutdown", grace);
     } catch (const WorkerError& e) {
       log::info("worker {}[{}]: no answer to robot/shutdown: {}", library_.name, pid_, e.what());
     }
-    if (alive()) stdin_queue_.push(encode_frame(make_notification(protocol::kExit, json::object{})));
+    if (alive()) channel_.send(make_notification_raw(protocol::kExit, "{}"));
   }
-  stdin_queue_.close();
+  channel_.close_writer();
   // A busy worker cannot hear robot/shutdown before its keyword ends: ask the process instead.
   const bool terminated = !polite || busy_;
   if (terminated) signal_group(SIGTERM);

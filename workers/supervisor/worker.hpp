@@ -3,14 +3,15 @@
 #pragma once
 
 #include "common/runtime/async_event.hpp"
-#include "common/protocol/framing.hpp"
 #include "common/protocol/message.hpp"
-#include "common/runtime/write_queue.hpp"
+#include "common/runtime/message_stream.hpp"
 #include "config/config.hpp"
 #include "workers/supervisor/reaper.hpp"
 #include "workers/supervisor/spawn.hpp"
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/readable_pipe.hpp>
+#include <boost/asio/writable_pipe.hpp>
 
 #include <deque>
 #include <memory>
@@ -25,8 +26,8 @@ namespace rjg::workers {
 class CallObserver {
  public:
   virtual ~CallObserver() = default;
-  // The notification's frame body, unchanged.
-  virtual void relay_notification(std::string_view body) = 0;
+  // The notification's text, unchanged.
+  virtual void relay_notification(std::string_view json_text) = 0;
   // Awaited after each relayed notification: reading from the worker pauses while the client is slow.
   virtual asio::awaitable<void> wait_for_room() = 0;
 };
@@ -57,10 +58,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
 
   ~Worker();
 
-  // Sends a request and waits for its answer, one call at a time (others queue in order).
-  // `what` names the call in error messages ("keyword 'Sleep'"). Returns the worker's response or
-  // error response; throws WorkerError if the worker dies, is stopped, or exceeds the timeout.
-  asio::awaitable<Message> call(std::string_view method, json::value params, std::weak_ptr<CallObserver> observer,
+  // Sends a request (params as a JSON text, passed on unchanged) and waits for its answer, one call
+  // at a time (others queue in order). `what` names the call in error messages ("keyword 'Sleep'").
+  // Returns the worker's response or error response; throws WorkerError if the worker dies, is
+  // stopped, or exceeds the timeout.
+  asio::awaitable<Message> call(std::string_view method, std::string params, std::weak_ptr<CallObserver> observer,
                                 std::string what, std::optional<config::Duration> timeout = std::nullopt);
 
   // Ends the worker: robot/shutdown and robot/exit when it is idle and `polite`, then closing stdin;
@@ -102,12 +104,12 @@ class Worker : public std::enable_shared_from_this<Worker> {
     AsyncEvent done;
   };
 
-  asio::awaitable<Message> request(std::string_view method, json::value params, std::weak_ptr<CallObserver> observer,
+  asio::awaitable<Message> request(std::string_view method, std::string params, std::weak_ptr<CallObserver> observer,
                                    std::string what, std::optional<config::Duration> timeout);
   std::string unavailable(const std::string& what) const;
   asio::awaitable<void> read_stdout();
   asio::awaitable<void> read_stderr();
-  asio::awaitable<void> handle_frame(std::string body);
+  asio::awaitable<void> handle(Message message);
   asio::awaitable<void> acquire();
   void release();
   void on_exit(ExitStatus status);
@@ -121,11 +123,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
   WorkerOptions options_;
   pid_t pid_;
   std::string executable_;
-  asio::writable_pipe stdin_;
-  asio::readable_pipe stdout_;
+  // The protocol channel: the worker's stdout (read) and stdin (written) as one message stream.
+  MessageStream<DuplexStream<asio::readable_pipe, asio::writable_pipe>> channel_;
   asio::readable_pipe stderr_;
-  WriteQueue<asio::writable_pipe> stdin_queue_;
-  FrameReader reader_;
 
   State state_ = State::starting;
   std::int64_t next_id_ = 1;

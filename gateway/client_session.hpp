@@ -1,0 +1,79 @@
+// The gateway's protocol logic for one client: handshake, imports, keyword calls, finalize, the
+// token map, the pickle policy and the log relay. It sees classified messages and talks back through
+// its Connection; it never touches a socket, so a unit test drives it over an in-memory stream with
+// a fake LeaseSource. Keyword calls run as coroutines of their own, so a long keyword never blocks
+// the connection (or any other).
+#pragma once
+
+#include "common/protocol/server_protocol.hpp"
+#include "common/runtime/async_event.hpp"
+#include "gateway/connection.hpp"
+#include "gateway/context.hpp"
+#include "gateway/reply.hpp"
+#include "gateway/token_map.hpp"
+
+#include <memory>
+#include <string>
+
+namespace rjg::gateway {
+
+class ClientSession : public ServerMethods,
+                      public workers::CallObserver,
+                      public std::enable_shared_from_this<ClientSession> {
+ public:
+  ClientSession(GatewayContext& context, workers::LeaseSource& leases, std::weak_ptr<Connection> connection,
+                std::string name, asio::any_io_executor executor);
+  ~ClientSession() override;
+
+  // One message from the client, classified by the transport.
+  void handle(const Message& message);
+  // A frame whose body is not a valid message.
+  void handle_invalid(const ProtocolError& problem);
+
+  bool handshake_started() const { return protocol_.initialize_received(); }
+  // Imports, keywords or finalizes are running for this session.
+  bool busy() const { return background_ > 0; }
+  // The connection is closing: every import ends (dedicated workers stop, shared ones finalize the
+  // instance); completes once the session's tasks are done (bounded).
+  asio::awaitable<void> end(std::string why);
+
+  // workers::CallObserver
+  void relay_notification(std::string_view json_text) override;
+  asio::awaitable<void> wait_for_room() override;
+
+  // ServerMethods
+  void on_initialize(const Message& request, params::Initialize params) override;
+  void on_initialized(const Message& notification) override;
+  void on_import_library(const Message& request, params::ImportLibrary params) override;
+  void on_run_keyword(const Message& request, params::RunKeyword params) override;
+  void on_finalize_library(const Message& request, params::FinalizeLibrary params) override;
+  void on_shutdown(const Message& request) override;
+  void on_exit(const Message& notification) override;
+  void refuse(const Message& request, int code, std::string message) override;
+  void ignore(const Message& message, std::string why) override;
+
+ private:
+  friend class Reply;
+
+  void send(std::string json_text);
+  // Runs a request handler as its own coroutine, so reading goes on.
+  void spawn(asio::awaitable<void> task, std::string what);
+
+  asio::awaitable<void> import_library(Reply reply, params::ImportLibrary params, const config::Library& library);
+  asio::awaitable<void> run_keyword(Reply reply, std::string worker_params, std::string keyword, Import import);
+  asio::awaitable<void> finalize_library(Reply reply, Import import);
+  static asio::awaitable<void> end_import(std::shared_ptr<workers::Lease> lease, std::string finalize_params);
+
+  GatewayContext& context_;
+  workers::LeaseSource& leases_;
+  std::weak_ptr<Connection> connection_;
+  std::string name_;
+  ServerProtocol protocol_;
+  TokenMap tokens_;
+  bool ending_ = false;
+  std::size_t requests_in_flight_ = 0;  // unanswered requests of this connection
+  std::size_t background_ = 0;          // imports, keywords and finalizes still running
+  AsyncEvent background_done_;
+};
+
+}  // namespace rjg::gateway

@@ -1,0 +1,37 @@
+// Answers one client request exactly once. Dropping it unanswered answers with an internal error and
+// logs a bug; answering twice is logged as a bug and the second answer is not sent.
+#pragma once
+
+#include "common/protocol/message.hpp"
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace rjg::gateway {
+
+class ClientSession;
+
+class Reply {
+ public:
+  Reply(std::shared_ptr<ClientSession> session, const Message& request);
+  Reply(Reply&& other) noexcept;
+  Reply& operator=(Reply&&) = delete;
+  ~Reply();
+
+  void result(const json::value& result);
+  // data_json: the error's data as a JSON text ("" for none).
+  void error(int code, std::string_view message, std::string_view data_json = {});
+  // A whole answer made elsewhere (a worker's, with the client's id already in place).
+  void send(std::string json_text);
+  const std::string& id_text() const { return id_text_; }
+
+ private:
+  bool claim();
+  std::shared_ptr<ClientSession> session_;
+  std::string id_text_;
+  std::string method_;
+  bool answered_ = false;
+};
+
+}  // namespace rjg::gateway

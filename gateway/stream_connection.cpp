@@ -1,0 +1,8 @@
+#include "gateway/stream_connection.hpp"
+
+namespace rjg::gateway {
+
+// Compiled once here rather than in every file that includes the header.
+template class StreamConnection<asio::ip::tcp::socket>;
+
+}  // namespace rjg::gateway

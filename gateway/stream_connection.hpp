@@ -1,0 +1,184 @@
+// A client connection over any Asio stream (TCP today; a Unix socket, stdin/stdout or an in-memory
+// test stream the same way): the message stream's one reader and one writer, the watchdog with the
+// session's timeouts, and the order of teardown. The protocol logic is the ClientSession's.
+#pragma once
+
+#include "common/log.hpp"
+#include "common/protocol/protocol.hpp"
+#include "common/runtime/message_stream.hpp"
+#include "gateway/client_session.hpp"
+#include "gateway/connection.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+
+namespace rjg::gateway {
+
+// How a transport stops reading without cancelling queued writes, and closes. Sockets by default;
+// other streams specialize it.
+template <typename Stream>
+struct Transport {
+  static void stop_reading(Stream& s) {
+    boost::system::error_code ignored;
+    s.shutdown(asio::socket_base::shutdown_receive, ignored);
+  }
+  static void close(Stream& s) {
+    boost::system::error_code ignored;
+    s.close(ignored);
+  }
+};
+
+template <typename Stream>
+class StreamConnection final : public Connection, public std::enable_shared_from_this<StreamConnection<Stream>> {
+ public:
+  using clock = AsyncEvent::clock;
+
+  StreamConnection(Stream stream, GatewayContext& context, workers::LeaseSource& leases, std::string name)
+      : context_(context),
+        leases_(leases),
+        name_(std::move(name)),
+        stream_(StreamOptions{FramingLimits{context.config.gateway.max_message_bytes,
+                                            context.config.gateway.max_header_bytes},
+                              FrameReader::Mode::strict, JsonLimits{context.config.gateway.max_json_depth},
+                              kClientHighWater},
+                std::move(stream)),
+        closed_(stream_.get_executor()),
+        connected_at_(clock::now()),
+        last_activity_(connected_at_),
+        watchdog_wake_(stream_.get_executor()) {}
+
+  ~StreamConnection() override { log::debug("{}: connection released", name_); }
+
+  void start() {
+    log::info("{}: connected", name_);
+    auto self = this->shared_from_this();
+    session_ = std::make_shared<ClientSession>(context_, leases_, this->weak_from_this(), name_, stream_.get_executor());
+    stream_.on_partial_frame = [this] { watchdog_wake_.set(); };
+    auto ex = stream_.get_executor();
+    asio::co_spawn(ex, [self] { return self->stream_.run_writer(); }, log_exceptions(name_ + " writer"));
+    asio::co_spawn(ex, [self] { return self->read_loop(); }, log_exceptions(name_ + " reader"));
+    asio::co_spawn(ex, [self] { return self->watchdog(); }, log_exceptions(name_ + " watchdog"));
+  }
+
+  Stream& stream() { return stream_.stream(); }
+
+  // Connection
+  const std::string& name() const override { return name_; }
+  void send(std::string json_text) override { stream_.send(json_text); }
+  asio::awaitable<void> wait_for_room() override { co_await stream_.wait_for_room(); }
+  bool closing() const override { return closing_; }
+  void session_idle() override {
+    last_activity_ = clock::now();
+    watchdog_wake_.set();
+  }
+  asio::awaitable<void> wait_closed() override { co_await closed_.wait(); }
+  void close(std::string why) override {
+    if (closing_) return;
+    closing_ = true;
+    watchdog_wake_.set();
+    auto self = this->shared_from_this();
+    asio::co_spawn(stream_.get_executor(), [self, why] { return self->teardown(why); },
+                   log_exceptions(name_ + " teardown"));
+  }
+
+ private:
+  // The client's write queue may hold this much before relaying a worker's logs waits for the client.
+  static constexpr std::size_t kClientHighWater = 4u << 20;
+  // How long closing a connection waits for its queued answers to be written.
+  static constexpr auto kFlushTimeout = std::chrono::seconds(5);
+
+  asio::awaitable<void> read_loop() {
+    std::string why = "the client closed the connection";
+    while (!closing_) {
+      Incoming in = co_await stream_.read();
+      if (in.kind == Incoming::Kind::message) {
+        last_activity_ = clock::now();
+        session_->handle(*in.message);
+      } else if (in.kind == Incoming::Kind::invalid) {
+        last_activity_ = clock::now();
+        session_->handle_invalid(*in.problem);
+      } else if (in.kind == Incoming::Kind::framing_error) {
+        // After a framing fault no later byte can be trusted to start a frame: say why, then hang up.
+        log::warn("{}: framing error: {}; closing the connection", name_, in.error);
+        send(make_error_raw("null", protocol::kParseError,
+                            fmt::format("Framing error: {}. The gateway closes the connection.", in.error)));
+        why = "framing error";
+        break;
+      } else {
+        if (!in.error.empty()) why = "read error: " + in.error;
+        break;
+      }
+    }
+    close(std::move(why));
+  }
+
+  // Closes the connection when handshake_timeout, read_timeout or idle_timeout passes.
+  asio::awaitable<void> watchdog() {
+    const auto& gw = context_.config.gateway;
+    auto seconds = [](config::Duration d) { return fmt::format("{:g}s", static_cast<double>(d.count()) / 1000.0); };
+    while (!closing_) {
+      const auto now = clock::now();
+      auto next = clock::time_point::max();
+      std::string expired;
+      auto check = [&](clock::time_point deadline, std::string what) {
+        if (now >= deadline) {
+          if (expired.empty()) expired = std::move(what);
+        } else {
+          next = std::min(next, deadline);
+        }
+      };
+      if (!session_->handshake_started())
+        check(connected_at_ + gw.handshake_timeout,
+              fmt::format("no robot/initialize within {} of connecting (handshake_timeout)",
+                          seconds(gw.handshake_timeout)));
+      if (auto since = stream_.partial_since())
+        check(*since + gw.read_timeout,
+              fmt::format("a message stayed half-read for {} (read_timeout)", seconds(gw.read_timeout)));
+      if (gw.idle_timeout.count() > 0 && !session_->busy())
+        check(last_activity_ + gw.idle_timeout,
+              fmt::format("no message for {} (idle_timeout)", seconds(gw.idle_timeout)));
+      if (!expired.empty()) {
+        log::warn("{}: closing: {}", name_, expired);
+        send(make_error_raw("null", protocol::kSessionTimeout,
+                            "The gateway closes this connection: " + expired + "."));
+        close(expired);
+        co_return;
+      }
+      watchdog_wake_.reset();
+      co_await watchdog_wake_.wait_until(next);
+    }
+  }
+
+  asio::awaitable<void> teardown(std::string why) {
+    log::info("{}: closing: {}", name_, why);
+    // Wakes the reader (end of stream) without cancelling writes still queued.
+    Transport<Stream>::stop_reading(stream_.stream());
+    co_await session_->end(why);
+    stream_.close_writer();
+    co_await stream_.wait_written(kFlushTimeout);
+    Transport<Stream>::close(stream_.stream());
+    log::info("{}: closed", name_);
+    closed_.set();
+  }
+
+  GatewayContext& context_;
+  workers::LeaseSource& leases_;
+  std::string name_;
+  MessageStream<Stream> stream_;
+  std::shared_ptr<ClientSession> session_;
+  bool closing_ = false;
+  AsyncEvent closed_;
+  // When the connection opened, and when the last message arrived.
+  clock::time_point connected_at_;
+  clock::time_point last_activity_;
+  AsyncEvent watchdog_wake_;
+};
+
+extern template class StreamConnection<asio::ip::tcp::socket>;
+
+}  // namespace rjg::gateway

@@ -1,0 +1,288 @@
+// The gateway's session logic without a socket or a process: a client speaks to a StreamConnection
+// over an in-memory stream (Beast's test stream), and the libraries are served by a fake LeaseSource.
+// Drives initialize, import, run (with logs), finalize, a worker crash and the end of the session.
+#include "common/protocol/protocol.hpp"
+#include "common/runtime/message_stream.hpp"
+#include "gateway/context.hpp"
+#include "gateway/stream_connection.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/beast/_experimental/test/stream.hpp>
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <vector>
+
+namespace rjg::gateway {
+
+using TestStream = boost::beast::test::stream;
+
+// The in-memory stream cannot half-close: the peer ends the session by closing its side.
+template <>
+struct Transport<TestStream> {
+  static void stop_reading(TestStream&) {}
+  static void close(TestStream& s) { s.close(); }
+};
+
+}  // namespace rjg::gateway
+
+namespace {
+
+using namespace rjg;
+using rjg::gateway::StreamConnection;
+using TestStream = boost::beast::test::stream;
+namespace protocol = rjg::protocol;
+
+Message parse(std::string text) {
+  auto classified = parse_message(text);
+  if (std::holds_alternative<ProtocolError>(classified)) throw std::runtime_error("fake worker built bad JSON: " + text);
+  return std::get<Message>(std::move(classified));
+}
+
+// What the fake workers saw, in order: "import {params}", "run {params}", "finalize {params}", "end ...".
+struct Journal {
+  std::vector<std::string> calls;
+  int leases = 0;
+  int released = 0;
+  bool dropped_mid_call = false;  // a lease destroyed while one of its calls was suspended
+};
+
+// Suspends once, as a real worker call does: a lease that is not kept alive by its caller shows here.
+asio::awaitable<void> yield_once() {
+  co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+}
+
+// A fake worker behind a lease. Keywords: "Log" relays two robot/log notifications, then answers;
+// "Crash" fails the way a dying worker does; anything else echoes its params' text as the result.
+class FakeLease final : public workers::Lease {
+ public:
+  FakeLease(Journal& journal, int number) : journal_(journal), number_(number) {}
+  ~FakeLease() override {
+    if (pending_) journal_.dropped_mid_call = true;
+  }
+  pid_t pid() const override { return 4200 + number_; }
+  bool prewarmed() const override { return false; }
+
+  asio::awaitable<Message> import_library(std::string params, std::weak_ptr<workers::CallObserver>) override {
+    journal_.calls.push_back("import " + params);
+    co_return parse(fmt::format(R"({{"jsonrpc":"2.0","id":9,"result":{{"token":"w-{}","definition":{{"keywords":[{{"name":"Log","args":[1.50,-0.0]}}]}},"x-extra":1E+2}}}})",
+                                number_));
+  }
+
+  asio::awaitable<Message> run_keyword(std::string params, std::string keyword,
+                                       std::weak_ptr<workers::CallObserver> observer) override {
+    journal_.calls.push_back("run " + params);
+    if (keyword == "Crash") {
+      throw workers::WorkerError(protocol::kWorkerFailed,
+                                 fmt::format("The worker of library 'Fake' (pid {}) died with signal 9 (SIGKILL) while "
+                                             "running keyword 'Crash'.",
+                                             pid()),
+                                 json::object{{"library", "Fake"}, {"pid", pid()}});
+    }
+    if (keyword == "Log") {
+      for (int i = 1; i <= 2; ++i) {
+        if (auto o = observer.lock()) {
+          o->relay_notification(fmt::format(R"({{"jsonrpc":"2.0","method":"robot/log","params":{{"message":"line {}","level":"INFO"}}}})", i));
+          co_await o->wait_for_room();
+        }
+      }
+      co_return parse(R"({"jsonrpc":"2.0","id":5,"result":{"result":"logged"}})");
+    }
+    co_return parse(R"({"jsonrpc":"2.0","id":5,"result":{"result":)" + params + "}}");
+  }
+
+  asio::awaitable<std::optional<Message>> finalize_library(std::string params,
+                                                           std::weak_ptr<workers::CallObserver>) override {
+    pending_ = true;
+    co_await yield_once();
+    pending_ = false;
+    journal_.calls.push_back("finalize " + params);
+    ++journal_.released;
+    co_return parse(R"({"jsonrpc":"2.0","id":6,"result":{}})");
+  }
+
+  asio::awaitable<void> end(std::string finalize_params, std::string reason) override {
+    pending_ = true;
+    co_await yield_once();
+    pending_ = false;
+    journal_.calls.push_back("end " + finalize_params + " (" + reason + ")");
+    ++journal_.released;
+  }
+
+  asio::awaitable<void> release(std::string reason) override {
+    journal_.calls.push_back("release (" + reason + ")");
+    ++journal_.released;
+    co_return;
+  }
+
+ private:
+  Journal& journal_;
+  int number_;
+  bool pending_ = false;
+};
+
+class FakeLeases final : public workers::LeaseSource {
+ public:
+  explicit FakeLeases(Journal& journal) : journal_(journal) {}
+  asio::awaitable<std::shared_ptr<workers::Lease>> acquire(const config::Library&) override {
+    co_return std::make_shared<FakeLease>(journal_, ++journal_.leases);
+  }
+
+ private:
+  Journal& journal_;
+};
+
+// The client's side: a message stream over the other end of the in-memory stream.
+class Client {
+ public:
+  explicit Client(TestStream stream) : stream_(StreamOptions{}, std::move(stream)) {}
+
+  void start() { asio::co_spawn(stream_.get_executor(), stream_.run_writer(), asio::detached); }
+  void send(std::string text) { stream_.send(text); }
+
+  // The next message; notifications that arrive first are collected in `notes`.
+  asio::awaitable<Message> answer(std::vector<Message>* notes = nullptr) {
+    for (;;) {
+      Incoming in = co_await stream_.read();
+      if (in.kind != Incoming::Kind::message) throw std::runtime_error("the connection ended: " + in.error);
+      if (in.message->kind == Message::Kind::notification && notes) {
+        notes->push_back(std::move(*in.message));
+        continue;
+      }
+      co_return std::move(*in.message);
+    }
+  }
+
+  asio::awaitable<bool> closed_by_peer() {
+    Incoming in = co_await stream_.read();
+    co_return in.kind == Incoming::Kind::closed;
+  }
+
+  TestStream& raw() { return stream_.stream(); }
+
+ private:
+  MessageStream<TestStream> stream_;
+};
+
+std::string token_of(const Message& m) { return std::string(m.result().at("token").as_string()); }
+
+TEST(ClientSession, HandshakeImportRunWithLogsFinalizeCrashAndEnd) {
+  asio::io_context io;
+  auto config = config::load_string(R"(
+[gateway]
+listen = ["tcp://127.0.0.1:0"]
+[[library]]
+name = "Fake"
+command = ["/bin/true"]
+)",
+                                    "test.toml");
+  gateway::GatewayContext context(io.get_executor(), config, "test");
+  Journal journal;
+  FakeLeases leases(journal);
+
+  TestStream server_end(io), client_end(io);
+  server_end.connect(client_end);
+  auto connection = std::make_shared<StreamConnection<TestStream>>(std::move(server_end), context, leases,
+                                                                  "session 1 (in-memory)");
+  connection->start();
+  Client client(std::move(client_end));
+  client.start();
+
+  bool finished = false;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        // Before the handshake, an import is refused with the client's id.
+        client.send(R"({"jsonrpc":"2.0","id":"early","method":"robot/import_library","params":{"name":"Fake"}})");
+        auto early = co_await client.answer();
+        EXPECT_EQ(early.id_text(), "\"early\"");
+        EXPECT_EQ(early.error_code(), protocol::kNotInitialized);
+
+        client.send(R"({"jsonrpc":"2.0","id":1,"method":"robot/initialize","params":{"capabilities":{}}})");
+        auto init = co_await client.answer();
+        EXPECT_EQ(init.id_text(), "1");
+        EXPECT_EQ(init.result().at("capabilities").at("libraries"), json::parse(R"(["Fake"])"));
+        client.send(R"({"jsonrpc":"2.0","method":"robot/initialized","params":{}})");
+
+        // Bad params: one -32602 naming the field.
+        client.send(R"({"jsonrpc":"2.0","id":2,"method":"robot/import_library","params":{"name":7}})");
+        auto bad = co_await client.answer();
+        EXPECT_EQ(bad.error_code(), protocol::kInvalidParams);
+        EXPECT_NE(bad.error_message().find("params.name must be a string"), std::string::npos) << bad.text();
+
+        // Import: the worker is asked for its default library; the answer carries the gateway's token
+        // and every other byte as the worker wrote it.
+        client.send(R"({"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"robot/import_library","params":{"name":"Fake","args":[1E+2,"a\u00e9"]}})");
+        auto imported = co_await client.answer();
+        EXPECT_EQ(imported.id_text(), "123456789012345678901234567890");
+        const std::string token = token_of(imported);
+        EXPECT_TRUE(token.starts_with("Fake-")) << token;
+        EXPECT_NE(imported.text().find(R"("definition":{"keywords":[{"name":"Log","args":[1.50,-0.0]}]},"x-extra":1E+2)"),
+                  std::string::npos)
+            << imported.text();
+        EXPECT_EQ(journal.calls.back(), R"(import {"name":"","args":[1E+2,"a\u00e9"]})");
+
+        // A keyword with logs: both logs come before the answer, the worker sees its own token.
+        client.send(fmt::format(R"({{"jsonrpc":"2.0","id":3,"method":"robot/run_keyword","params":{{"library_token":"{}","name":"Log","args":[5e-324]}}}})",
+                                token));
+        std::vector<Message> logs;
+        auto ran = co_await client.answer(&logs);
+        EXPECT_EQ(ran.id_text(), "3");
+        EXPECT_EQ(ran.result().at("result"), json::value("logged"));
+        EXPECT_EQ(logs.size(), 2u);
+        if (logs.size() == 2) {
+          EXPECT_EQ(logs[0].params().at("message"), json::value("line 1"));
+          EXPECT_EQ(logs[1].params().at("message"), json::value("line 2"));
+        }
+        EXPECT_EQ(journal.calls.back(), R"(run {"library_token":"w-1","name":"Log","args":[5e-324]})");
+
+        // A token of another connection, or made up, is unknown.
+        client.send(R"({"jsonrpc":"2.0","id":4,"method":"robot/run_keyword","params":{"library_token":"w-1","name":"Log"}})");
+        auto unknown = co_await client.answer();
+        EXPECT_EQ(unknown.error_code(), protocol::kUnknownToken);
+
+        // Finalize goes to the worker with the worker's token.
+        client.send(fmt::format(R"({{"jsonrpc":"2.0","id":5,"method":"robot/finalize_library","params":{{"token":"{}"}}}})", token));
+        auto finalized = co_await client.answer();
+        EXPECT_EQ(finalized.id_text(), "5");
+        EXPECT_EQ(finalized.result_text(), "{}");
+        EXPECT_EQ(journal.calls.back(), R"(finalize {"token":"w-1"})");
+
+        // A worker that dies mid-keyword: a clear error for that call, naming the pid.
+        client.send(R"({"jsonrpc":"2.0","id":6,"method":"robot/import_library","params":{"name":"Fake"}})");
+        const std::string token2 = token_of(co_await client.answer());
+        client.send(fmt::format(R"({{"jsonrpc":"2.0","id":7,"method":"robot/run_keyword","params":{{"library_token":"{}","name":"Crash"}}}})",
+                                token2));
+        auto crashed = co_await client.answer();
+        EXPECT_EQ(crashed.id_text(), "7");
+        EXPECT_EQ(crashed.error_code(), protocol::kWorkerFailed);
+        EXPECT_NE(crashed.error_message().find("pid 4202"), std::string::npos) << crashed.text();
+        EXPECT_EQ(crashed.error().at("data").at("pid"), json::value(4202));
+
+        // robot/exit: the connection closes and ends the import still held.
+        client.send(R"({"jsonrpc":"2.0","method":"robot/exit","params":{}})");
+        EXPECT_TRUE(co_await client.closed_by_peer());
+        co_await connection->wait_closed();
+        finished = true;
+        io.stop();  // the gateway context's reaper and timers would keep the loop alive
+      },
+      [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
+  io.run_for(std::chrono::seconds(30));
+
+  EXPECT_TRUE(finished);
+  EXPECT_EQ(journal.leases, 2);
+  EXPECT_EQ(journal.released, 2) << "every lease ends exactly once";
+  EXPECT_FALSE(journal.dropped_mid_call) << "a lease was destroyed while its call was running";
+  ASSERT_FALSE(journal.calls.empty());
+  EXPECT_EQ(journal.calls.back(), R"(end {"token":"w-2"} (its session closed))");
+  EXPECT_EQ(context.requests_in_flight, 0u);
+}
+
+}  // namespace

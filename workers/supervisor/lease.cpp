@@ -1,0 +1,127 @@
+// The pool's lease: every lifecycle rule that follows from what a session does with its import.
+#include "workers/supervisor/lease.hpp"
+
+#include "common/log.hpp"
+#include "common/protocol/protocol.hpp"
+#include "workers/supervisor/pool.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+
+#include <fmt/format.h>
+
+namespace rjg::workers {
+namespace {
+
+// How long a worker may take to answer robot/finalize_library (its cleanup) before it is stopped anyway.
+constexpr auto kFinalizeTimeout = std::chrono::seconds(30);
+
+class PoolLease final : public Lease {
+ public:
+  PoolLease(Grant grant, asio::any_io_executor executor) : grant_(std::move(grant)), executor_(std::move(executor)) {}
+
+  ~PoolLease() override {
+    // An import that was never released (a bug elsewhere) must not keep its worker forever.
+    if (grant_.worker && grant_.pool) {
+      log::error("bug: library {}: lease on worker pid {} dropped without release", library().name, pid());
+      asio::co_spawn(executor_, release_grant(grant_, "its lease was dropped"), log_exceptions("lease drop"));
+    }
+  }
+
+  pid_t pid() const override { return pid_; }
+  bool prewarmed() const override { return grant_.prewarmed; }
+
+  asio::awaitable<Message> import_library(std::string params, std::weak_ptr<CallObserver> observer) override {
+    co_return co_await worker().call(protocol::kImportLibrary, std::move(params), std::move(observer),
+                                     fmt::format("the import of library '{}'", library().name));
+  }
+
+  asio::awaitable<Message> run_keyword(std::string params, std::string keyword,
+                                       std::weak_ptr<CallObserver> observer) override {
+    auto worker = grant_.worker;  // this call keeps it, even if the import is finalized meanwhile
+    const auto timeout = library().keyword_timeout;
+    std::optional<WorkerError> overran;
+    try {
+      auto response = co_await worker->call(protocol::kRunKeyword, std::move(params), std::move(observer),
+                                            fmt::format("keyword '{}' of library '{}'", keyword, library().name),
+                                            timeout.count() ? std::optional(timeout) : std::nullopt);
+      grant_.pool->keyword_done(worker);
+      co_return response;
+    } catch (const WorkerError& e) {
+      if (e.code != protocol::kWorkerTimeout) throw;
+      overran = e;
+    }
+    // A keyword that overran cannot be interrupted inside the worker: end the worker, and with it every
+    // import it holds (they then fail with this reason). The caller is answered at once.
+    auto reason = fmt::format("keyword '{}' exceeded keyword_timeout {}ms", keyword, timeout.count());
+    grant_.pool->retire(worker, reason);
+    asio::co_spawn(executor_, stop(worker, reason), log_exceptions("keyword timeout stop"));
+    throw WorkerError(protocol::kWorkerTimeout,
+                      fmt::format("Keyword '{}' of library '{}' did not finish within {}ms (keyword_timeout). Its "
+                                  "worker (pid {}) is stopped, and this import with it: import the library again.",
+                                  keyword, library().name, timeout.count(), worker->pid()),
+                      overran->data);
+  }
+
+  asio::awaitable<std::optional<Message>> finalize_library(std::string params,
+                                                           std::weak_ptr<CallObserver> observer) override {
+    std::optional<Message> answer;
+    if (grant_.worker && grant_.worker->alive()) {
+      try {
+        answer.emplace(co_await finalize(std::move(params), std::move(observer)));
+      } catch (const WorkerError& e) {
+        log::warn("library {}: finalize in worker pid {}: {}", library().name, pid(), e.what());
+      }
+    }
+    co_await release("its library was finalized");
+    co_return answer;
+  }
+
+  asio::awaitable<void> end(std::string finalize_params, std::string reason) override {
+    // A shared worker lives on: finalize this import's instance in it (after any keyword still running
+    // there, whose late answer is dropped). A dedicated worker is simply ended.
+    if (library().isolation == config::Isolation::shared && grant_.worker && grant_.worker->alive()) {
+      try {
+        co_await finalize(std::move(finalize_params), {});
+      } catch (const WorkerError& e) {
+        log::info("library {}: finalize after the session ended: {}", library().name, e.what());
+      }
+    }
+    co_await release(std::move(reason));
+  }
+
+  asio::awaitable<void> release(std::string reason) override { co_await release_grant(grant_, std::move(reason)); }
+
+ private:
+  const config::Library& library() const { return grant_.pool->library(); }
+  Worker& worker() {
+    if (!grant_.worker) throw WorkerError(protocol::kWorkerFailed, "bug: a call through a released lease");
+    return *grant_.worker;
+  }
+
+  asio::awaitable<Message> finalize(std::string params, std::weak_ptr<CallObserver> observer) {
+    co_return co_await worker().call(protocol::kFinalizeLibrary, std::move(params), std::move(observer),
+                                     fmt::format("robot/finalize_library of '{}'", library().name), kFinalizeTimeout);
+  }
+
+  static asio::awaitable<void> stop(std::shared_ptr<Worker> worker, std::string reason) {
+    co_await worker->stop(std::move(reason), false);
+  }
+
+  static asio::awaitable<void> release_grant(Grant& grant, std::string reason) {
+    if (!grant.worker || !grant.pool) co_return;
+    co_await grant.pool->release(grant, std::move(reason));
+  }
+
+  Grant grant_;
+  asio::any_io_executor executor_;
+  pid_t pid_ = grant_.worker ? grant_.worker->pid() : 0;
+};
+
+}  // namespace
+
+asio::awaitable<std::shared_ptr<Lease>> WorkerPools::acquire(const config::Library& library) {
+  auto grant = co_await pool(library).acquire();
+  co_return std::make_shared<PoolLease>(std::move(grant), executor_);
+}
+
+}  // namespace rjg::workers

@@ -1,0 +1,53 @@
+// One import's hold on a worker. A session reaches its worker only through its lease; the lifecycle
+// rules live behind it, in the pool: which worker serves the import, keyword accounting for
+// recycling, ending a worker whose keyword overran keyword_timeout, finalizing in a shared worker,
+// stopping a dedicated one.
+#pragma once
+
+#include "common/protocol/message.hpp"
+#include "config/config.hpp"
+#include "workers/supervisor/worker.hpp"
+
+#include <boost/asio/awaitable.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace rjg::workers {
+
+class Lease {
+ public:
+  virtual ~Lease() = default;
+
+  virtual pid_t pid() const = 0;
+  // Served by a worker started before the import (a warm start).
+  virtual bool prewarmed() const = 0;
+
+  // robot/import_library with these params (a JSON text, passed on unchanged). Throws WorkerError.
+  virtual asio::awaitable<Message> import_library(std::string params, std::weak_ptr<CallObserver> observer) = 0;
+  // robot/run_keyword. A keyword that overruns the library's keyword_timeout ends its worker (and with
+  // it every import it holds) and throws WorkerError(kWorkerTimeout) naming the keyword and setting.
+  virtual asio::awaitable<Message> run_keyword(std::string params, std::string keyword,
+                                               std::weak_ptr<CallObserver> observer) = 0;
+  // robot/finalize_library, then the import ends (release). The worker's answer, or nothing when the
+  // worker is already gone (there is nothing left to finalize).
+  virtual asio::awaitable<std::optional<Message>> finalize_library(std::string params,
+                                                                   std::weak_ptr<CallObserver> observer) = 0;
+  // The import ends without the client asking (its session closed): a shared worker finalizes the
+  // instance (params: the finalize params for the worker); a dedicated worker is stopped.
+  virtual asio::awaitable<void> end(std::string finalize_params, std::string reason) = 0;
+  // The import failed or ends: the worker goes back to its pool (a dedicated one is stopped).
+  virtual asio::awaitable<void> release(std::string reason) = 0;
+};
+
+// Where sessions get leases: the worker pools, or a fake in tests.
+class LeaseSource {
+ public:
+  virtual ~LeaseSource() = default;
+  // A worker for a new import of `library`; waits for capacity up to queue_timeout. Throws
+  // WorkerError (kAtCapacity, start failures, crash backoff, shutting down).
+  virtual asio::awaitable<std::shared_ptr<Lease>> acquire(const config::Library& library) = 0;
+};
+
+}  // namespace rjg::workers
