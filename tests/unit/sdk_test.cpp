@@ -1,5 +1,6 @@
 // The native-library SDK: Robot-like conversion, argument binding, error shapes, the protocol state
-// machine driven in memory through Session, and one whole session through serve_stream.
+// machine driven in memory through Session, and whole sessions through serve_stream (over files, a
+// socket pair and a broken pipe).
 #include "workers/sdk/sdk.hpp"
 
 #include "common/protocol/framing.hpp"
@@ -7,14 +8,21 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -359,8 +367,10 @@ TEST(SessionProtocol, RequestsBeforeInitializationAreRefusedWithTheirId) {
   Driver d(lib);
   auto run = d.answer("1", protocol::kRunKeyword, json::object{{"library_token", "x"}, {"name", "Echo"}});
   EXPECT_EQ(run.at("error").at("code"), json::value(protocol::kNotInitialized));
-  EXPECT_EQ(run.at("error").at("message"),
-            json::value("Initialize and Initialized must be received before RunKeyword."));
+  // The reference server's words first; what to do about it follows.
+  EXPECT_TRUE(std::string(run.at("error").at("message").as_string())
+                  .starts_with("Initialize and Initialized must be received before RunKeyword."))
+      << run.at("error").at("message");
   d.answer(2, protocol::kInitialize);
   // robot/initialize alone is not enough: robot/initialized must arrive too.
   auto import = d.answer(3, protocol::kImportLibrary, json::object{{"name", "Probe"}});
@@ -497,6 +507,12 @@ TEST(SessionProtocol, FinalizeShutdownExit) {
   EXPECT_EQ(error_message(d.run(token, "Echo", {1})), "No library '" + token + "' found.");
   // Finalizing twice (or a token never issued) is answered {} like the reference server does.
   EXPECT_EQ(d.answer(2, protocol::kFinalizeLibrary, json::object{{"token", token}}).at("result"), json::object());
+  EXPECT_EQ(d.answer("never issued", protocol::kFinalizeLibrary, json::object{{"token", "Probe_0_0"}}).at("result"),
+            json::object());
+  // The token itself is required, as a string.
+  EXPECT_EQ(d.answer(11, protocol::kFinalizeLibrary).at("error").at("code"), json::value(protocol::kInvalidParams));
+  EXPECT_EQ(d.answer(12, protocol::kFinalizeLibrary, json::object{{"token", 5}}).at("error").at("code"),
+            json::value(protocol::kInvalidParams));
   EXPECT_EQ(d.answer(3, protocol::kShutdown).at("result"), json::object());
   EXPECT_FALSE(d.done());
   EXPECT_TRUE(d.notify(protocol::kExit).empty());
@@ -541,16 +557,13 @@ TEST(SessionProtocol, InitializeHookCanWithholdTheAnswer) {
 // Every request the real client and the probes sent gets exactly one answer carrying its id, and
 // nothing a real peer sent makes the session throw.
 TEST(SessionProtocol, RecordedTrafficIsAnsweredOncePerRequest) {
-#ifdef RJG_TRACES_DIR
   const std::filesystem::path dir = RJG_TRACES_DIR;
-#else
-  const std::filesystem::path dir;
-#endif
-  if (dir.empty() || !std::filesystem::exists(dir)) GTEST_SKIP() << "no recorded traces";
+  ASSERT_TRUE(std::filesystem::is_directory(dir)) << "fixture missing: traces folder " << dir;
   const Library lib = make_probe_library();
-  int requests = 0;
+  int files = 0, requests = 0;
   for (const auto& file : std::filesystem::directory_iterator(dir)) {
     if (file.path().extension() != ".jsonl") continue;
+    ++files;
     std::map<std::int64_t, std::unique_ptr<Driver>> sessions;
     std::ifstream in(file.path());
     for (std::string line; std::getline(in, line);) {
@@ -570,6 +583,7 @@ TEST(SessionProtocol, RecordedTrafficIsAnsweredOncePerRequest) {
       EXPECT_EQ(answers[0].at("id"), parsed.at("id")) << body;
     }
   }
+  EXPECT_GT(files, 0) << "fixture missing: no .jsonl file in " << dir;
   EXPECT_GT(requests, 50);
 }
 
@@ -640,6 +654,124 @@ TEST(ServeStream, EndOfInputEndsCleanlyAndFramingErrorsDoNot) {
     in.write("Content-Length: nope\r\n\r\n{}");
     EXPECT_EQ(rjg::sdk::serve_stream(lib, in.fd(), out.fd(), "test"), 1);
   }
+}
+
+// A client at the other end of a socket pair, with serve_stream on a thread of its own.
+class SocketPeer {
+ public:
+  explicit SocketPeer(const Library& lib) {
+    int fds[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+    client_ = fds[0];
+    server_ = fds[1];
+    thread_ = std::thread([this, &lib] { rc_ = rjg::sdk::serve_stream(lib, server_, server_, "peer"); });
+  }
+  ~SocketPeer() {
+    if (thread_.joinable()) finish();
+    ::close(client_);
+    ::close(server_);
+  }
+
+  void send(const std::string& body) {
+    const std::string frame = rjg::encode_frame(body);
+    ASSERT_EQ(::write(client_, frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
+  }
+  void request(const json::value& id, std::string_view method, json::value params = json::object()) {
+    send(rjg::make_request(id, method, std::move(params)));
+  }
+
+  // The next message (stray bytes before it are collected in `skipped`); null after 10 s.
+  json::value next() {
+    for (;;) {
+      auto r = reader_.next();
+      skipped += r.skipped;
+      if (r.kind == rjg::FrameReader::Result::Kind::frame) return json::parse(r.body);
+      if (r.kind == rjg::FrameReader::Result::Kind::error) return nullptr;
+      pollfd p{client_, POLLIN, 0};
+      if (::poll(&p, 1, 10'000) != 1) return nullptr;
+      char buf[4096];
+      const ssize_t n = ::read(client_, buf, sizeof buf);
+      if (n <= 0) return nullptr;
+      reader_.feed({buf, static_cast<std::size_t>(n)});
+    }
+  }
+
+  // Ends the input and waits for serve_stream to return.
+  int finish() {
+    ::shutdown(client_, SHUT_WR);
+    thread_.join();
+    return rc_;
+  }
+
+  int server_fd() const { return server_; }
+  std::string skipped;
+
+ private:
+  int client_ = -1, server_ = -1;
+  std::thread thread_;
+  int rc_ = -1;
+  rjg::FrameReader reader_{{}, rjg::FrameReader::Mode::lenient};
+};
+
+// A keyword's logs reach the peer while it runs; requests sent meanwhile (more than are read ahead)
+// are answered afterwards, in order.
+TEST(ServeStream, LogsGoOutWhileTheKeywordRuns) {
+  Library lib = make_probe_library();
+  std::atomic<bool> log_seen{false};
+  lib.keyword("Wait For Peer", {}, "", [&](Call& c) -> json::value {
+    c.log("waiting");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!log_seen && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return log_seen ? "seen" : "the log was not seen";
+  });
+  SocketPeer peer(lib);
+  peer.request(1, protocol::kInitialize);
+  peer.send(rjg::make_notification(protocol::kInitialized, json::object()));
+  peer.request(2, protocol::kImportLibrary, json::object{{"name", "Probe"}});
+  EXPECT_EQ(peer.next().at("id"), json::value(1));
+  const json::value imported = peer.next();
+  const std::string token(imported.at("result").at("token").as_string());
+
+  peer.request(3, protocol::kRunKeyword, json::object{{"library_token", token}, {"name", "Wait For Peer"}});
+  constexpr int kPipelined = 100;
+  for (int i = 0; i < kPipelined; ++i)
+    peer.request(100 + i, protocol::kRunKeyword, json::object{{"library_token", token}, {"name", "Echo"}, {"args", json::array{i}}});
+  const json::value log = peer.next();
+  EXPECT_EQ(log.at("method"), json::value(protocol::kLog)) << log;
+  EXPECT_EQ(log.at("params").at("message"), json::value("waiting")) << log;
+  log_seen = true;
+  EXPECT_EQ(peer.next(), json::parse(R"({"jsonrpc": "2.0", "id": 3, "result": {"result": "seen"}})"));
+  for (int i = 0; i < kPipelined; ++i) {
+    const json::value answer = peer.next();
+    EXPECT_EQ(answer.at("id"), json::value(100 + i)) << answer;
+    EXPECT_EQ(answer.at("result").at("result"), json::value(i)) << answer;
+  }
+
+  // Raw bytes go into the stream as they are, between frames.
+  peer.request(4, protocol::kRunKeyword, json::object{{"library_token", token}, {"name", "Raw"}});
+  EXPECT_EQ(peer.next().at("result").at("result"), json::value("ok"));
+  EXPECT_EQ(peer.skipped, "junk");
+
+  peer.send(rjg::make_notification(protocol::kExit, json::object()));
+  EXPECT_EQ(peer.finish(), 0);
+  // The descriptors are still the caller's, blocking as they were.
+  const int flags = ::fcntl(peer.server_fd(), F_GETFL);
+  ASSERT_GE(flags, 0);
+  EXPECT_EQ(flags & O_NONBLOCK, 0);
+}
+
+TEST(ServeStream, BrokenOutputEndsTheSessionWithAnError) {
+  std::signal(SIGPIPE, SIG_IGN);
+  const Library lib = make_probe_library();
+  int in[2], out[2];
+  ASSERT_EQ(::pipe2(in, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  ::close(out[0]);  // nobody reads the answers
+  const std::string frame = rjg::encode_frame(rjg::make_request(1, protocol::kInitialize, json::object()));
+  ASSERT_EQ(::write(in[1], frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
+  EXPECT_EQ(rjg::sdk::serve_stream(lib, in[0], out[1], "test"), 1);
+  for (int fd : {in[0], in[1], out[1]}) ::close(fd);
 }
 
 TEST(ServeOptions, Parsing) {

@@ -1,5 +1,6 @@
 // A small SDK for native keyword libraries that speak the Robot Framework JSON-RPC remote protocol
-// (shared/seeds/000), over stdio (spawned by the gateway) or over TCP by themselves.
+// (the protocol specification of robotframework-jsonrpcremote), over stdio (spawned by the gateway)
+// or over TCP by themselves.
 //
 //   rjg::sdk::Library lib{"Calculator", "Adds numbers.", "1.0"};
 //   lib.keyword("Add", {{"a", "int"}, {"b", "int", json::value(0)}}, "Adds two integers.",
@@ -12,6 +13,7 @@
 
 #include "common/log.hpp"
 #include "common/protocol/message.hpp"
+#include "common/protocol/server_protocol.hpp"
 
 #include <boost/json.hpp>
 
@@ -261,47 +263,52 @@ json::object bind_arguments(const std::string& library, const Keyword& keyword, 
                             const json::object& kwargs);
 
 // ---------------------------------------------------------------------------------------------
-// A protocol session: the state machine of one connection, independent of any transport.
+// A protocol session: the state machine of one connection, independent of any transport. The
+// method table, the handshake and the params binding are the gateway's own (rjg::ServerProtocol);
+// Session supplies the library's answers.
 
-class Session {
+class Session final : private ServerMethods {
  public:
   Session(const Library& library, Output& out);
-  ~Session();
+  ~Session() override;
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
   // Handles one frame body. Answers, and log notifications sent while a keyword runs, go to the
   // Output before this returns. Never throws for anything a peer can send.
   void handle(std::string_view body);
+  // The same for a body already classified (a transport's reader classifies as it reads).
+  void handle(const Classified& message);
 
   // True once robot/exit was received: the transport should close the connection.
   bool done() const { return done_; }
 
  private:
   struct Instance;
-  using Handler = void (Session::*)(const Message&);
 
-  void dispatch(const Message& message);
-  bool require_initialized(const Message& request, std::string_view what);
-  void reply(const json::value& id, json::value result);
-  void reply_error(const json::value& id, int code, std::string_view message);
-
-  void on_initialize(const Message& m);
-  void on_initialized(const Message& m);
-  void on_import_library(const Message& m);
-  void on_run_keyword(const Message& m);
-  void on_finalize_library(const Message& m);
-  void on_shutdown(const Message& m);
-  void on_exit(const Message& m);
-
-  json::value run_keyword(const std::string& token, const std::string& name, const json::array& args,
-                          const json::object& kwargs);
+  // ServerMethods, grouped by what they do. The handshake: answered with the library's
+  // capabilities (or, when the on_initialize hook says so, not at all).
+  void on_initialize(const Message& request, params::Initialize params) override;
+  void on_initialized(const Message& notification) override;
+  // One instance (token) per import.
+  void on_import_library(const Message& request, params::ImportLibrary params) override;
   std::string new_token();
+  // Keywords run on the calling thread, blocking it until they return.
+  void on_run_keyword(const Message& request, params::RunKeyword params) override;
+  json::value run_keyword(const params::RunKeyword& call);
+  void on_finalize_library(const Message& request, params::FinalizeLibrary params) override;
+  // The end: robot/exit sets done().
+  void on_shutdown(const Message& request) override;
+  void on_exit(const Message& notification) override;
+  // Answers, and whatever ServerProtocol cannot dispatch (answered with its error, or logged).
+  void reply(const Message& request, const json::value& result);
+  void reply_error(std::string_view id_text, int code, std::string_view message);
+  void refuse(const Message& request, int code, std::string message) override;
+  void ignore(const Message& message, std::string why) override;
 
   const Library& library_;
   Output& out_;
-  bool initialize_received_ = false;
-  bool initialized_received_ = false;
+  ServerProtocol protocol_;
   bool done_ = false;
   std::uint64_t imports_ = 0;
   std::map<std::string, std::unique_ptr<Instance>, std::less<>> instances_;
@@ -324,14 +331,17 @@ std::optional<std::string> parse_serve_options(const std::vector<std::string>& a
 std::string serve_usage(std::string_view program);
 
 // Runs the library until the end: stdio returns 0 on robot/exit or end of input; TCP serves
-// connections (each its own session, on its own thread) until a fatal error.
+// connections (each its own session) until a fatal error. One I/O thread reads and writes every
+// stream; each session handles its messages in order on a thread of its own, so keyword bodies may
+// block while their logs go out.
 int serve(const Library& library, const ServeOptions& options);
 // Parses argv (exit code 2 on bad usage, 0 for --help) and serves.
 int serve(const Library& library, int argc, char** argv);
 
-// Serves one session over the given descriptors until robot/exit, end of input or a broken stream.
-// Returns 0 when the session ended normally, 1 on a framing or I/O error. Blocking; used by both
-// transports and by tests.
+// Serves one session over the given descriptors (a pipe pair, a socket twice, even regular files)
+// until robot/exit, end of input or a broken stream. Returns 0 when the session ended normally, 1 on
+// a framing or I/O error. Blocking; the descriptors stay the caller's. Used by the stdio transport
+// and by tests.
 int serve_stream(const Library& library, int in_fd, int out_fd, std::string_view peer = "stdio");
 
 }  // namespace rjg::sdk

@@ -1,14 +1,24 @@
-// Transports: blocking reads into a FrameReader, one framed write per message. stdio for workers
-// that the gateway spawns, TCP (a thread per connection) for running a library on its own.
+// Transports: one MessageStream per connection, read and written by one I/O thread; a connection's
+// messages are handled one at a time, in order, on a thread of its own, because keyword bodies are
+// blocking code (they sleep, wait for files, even _exit). stdio for workers that the gateway spawns,
+// TCP for running a library on its own.
+//
+// While a keyword runs, its robot/log notifications go out live: Output::send hands the frame to the
+// I/O thread and returns once it is written, so a log sent just before the process dies has reached
+// the peer, and a chatty keyword waits for the peer instead of growing memory. Reading goes on
+// meanwhile, up to a bound, so the next requests are ready when the keyword returns.
 #include "workers/sdk/sdk.hpp"
 
-#include "common/protocol/framing.hpp"
+#include "common/runtime/message_stream.hpp"
 
-#include <arpa/inet.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,55 +28,244 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <future>
 #include <mutex>
 #include <thread>
 
 namespace rjg::sdk {
 namespace {
 
-bool write_all(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    bytes.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using error_code = boost::system::error_code;
+using Descriptor = asio::posix::stream_descriptor;
+using FdPair = DuplexStream<Descriptor, Descriptor>;
+
+// Read ahead of the running keyword: up to this many messages or bytes (one larger message is still
+// taken when nothing else waits).
+constexpr std::size_t kReadAheadMessages = 32;
+constexpr std::size_t kReadAheadBytes = 8u << 20;
+// Once the session has ended, what is still queued gets this long to be written.
+constexpr auto kFlushTimeout = std::chrono::seconds(5);
+
+// At the end of a connection: stop reading (cancel the pending read), or, when the peer does not
+// take what is left, drop the stream (close).
+void stop(tcp::socket& socket, bool close) {
+  error_code ignored;
+  close ? socket.close(ignored) : socket.cancel(ignored);
+}
+void stop(FdPair& fds, bool close) {
+  error_code ignored;
+  if (!close) return fds.in().cancel(ignored);
+  fds.in().close(ignored);
+  fds.out().close(ignored);
 }
 
-// The only writer of a protocol stream: each frame goes out in one write loop under a lock, so a
-// log sent from a library's own thread can never interleave with a response.
-class FdOutput final : public Output {
+// One connection: its stream (on the I/O thread), its session (on a thread of its own) and the
+// bounded queue of messages read ahead between them. It is the session's Output.
+template <typename Stream>
+class Connection final : public Output {
  public:
-  FdOutput(int fd, std::string_view peer) : fd_(fd), peer_(peer) {}
+  Connection(const Library& library, std::string peer, Stream stream)
+      : library_(library),
+        peer_(std::move(peer)),
+        // high_water 0: wait_for_room() returns once everything queued is written.
+        stream_(StreamOptions{.high_water = 0}, std::move(stream)),
+        executor_(stream_.get_executor()),
+        room_(executor_),
+        session_ended_(executor_),
+        reader_done_(executor_),
+        writer_done_(executor_) {}
 
-  void send(std::string_view json_text) override { write(encode_frame(json_text)); }
-  void write_raw(std::string_view bytes) override { write(bytes); }
+  // On the I/O thread: serves the connection until the session ends; 0 when it ended normally
+  // (robot/exit, end of input), 1 after a framing, read or write error.
+  asio::awaitable<int> run() {
+    asio::co_spawn(executor_, stream_.run_writer(), [this](std::exception_ptr e) {
+      log_exceptions(peer_ + " writer")(e);
+      writer_done_.set();
+    });
+    asio::co_spawn(executor_, read_loop(), [this](std::exception_ptr e) {
+      log_exceptions(peer_ + " reader")(e);
+      if (e) end_input(1);
+      reader_done_.set();
+    });
+    std::thread session([this] { run_session(); });
+    co_await session_ended_.wait();
+    session.join();  // it has nothing left to do but return
 
-  bool broken() const {
-    std::lock_guard lock(mutex_);
-    return broken_;
+    stopping_ = true;
+    room_.set();
+    stop(stream_.stream(), false);
+    stream_.close_writer();
+    if (!co_await stream_.wait_written(kFlushTimeout)) {
+      log::warn("{}: the peer did not take the last {} bytes within {} s; dropped", peer_, stream_.queued_bytes(),
+                std::chrono::seconds(kFlushTimeout).count());
+      stop(stream_.stream(), true);
+    }
+    co_await writer_done_.wait();
+    co_await reader_done_.wait();
+    co_return exit_code_;
   }
 
+  // Output: from the session thread, or any thread of the library. Returns once written.
+  void send(std::string_view json_text) override { transmit(std::string(json_text), true); }
+  void write_raw(std::string_view bytes) override { transmit(std::string(bytes), false); }
+
  private:
-  void write(std::string_view bytes) {
-    std::lock_guard lock(mutex_);
-    if (broken_) return;
-    if (!write_all(fd_, bytes)) {
-      broken_ = true;
-      log::warn("{}: cannot write to the peer: {}", peer_, std::strerror(errno));
+  struct Item {
+    Classified message;
+    std::size_t bytes;
+  };
+
+  void transmit(std::string bytes, bool framed) {
+    std::promise<bool> promise;
+    std::future<bool> written = promise.get_future();
+    asio::post(executor_, [this, bytes = std::move(bytes), framed, promise = std::move(promise)]() mutable {
+      asio::co_spawn(executor_, write(std::move(bytes), framed, std::move(promise)), asio::detached);
+    });
+    if (!written.get() && !broken_.exchange(true)) log::warn("{}: cannot write to the peer", peer_);
+  }
+
+  // The promise is owned here, so the waiting thread never races its destruction.
+  asio::awaitable<void> write(std::string bytes, bool framed, std::promise<bool> written) {
+    if (framed) stream_.send(bytes);
+    else stream_.send_raw(std::move(bytes));
+    co_await stream_.wait_for_room();
+    written.set_value(!stream_.write_failed());
+  }
+
+  // --- the I/O thread's reader
+
+  asio::awaitable<void> read_loop() {
+    while (!stopping_) {
+      co_await wait_for_room();
+      if (stopping_) break;
+      Incoming in = co_await stream_.read();
+      if (stopping_) break;
+      switch (in.kind) {
+        case Incoming::Kind::message: {
+          const std::size_t bytes = in.message->text().size();
+          deliver(Item{std::move(*in.message), bytes});
+          break;
+        }
+        case Incoming::Kind::invalid:
+          log::debug("{}: invalid message: {}", peer_, log::printable(in.body));
+          deliver(Item{*in.problem, in.problem->message.size()});
+          break;
+        case Incoming::Kind::framing_error:
+          // The stream cannot be resynchronized after a framing fault: the session ends.
+          log::error("{}: framing error: {}", peer_, in.error);
+          end_input(1);
+          co_return;
+        case Incoming::Kind::closed:
+          if (!in.error.empty()) {
+            log::error("{}: read failed: {}", peer_, in.error);
+            end_input(1);
+            co_return;
+          }
+          if (stream_.buffered() > 0)
+            log::warn("{}: end of input inside a frame ({} bytes dropped)", peer_, stream_.buffered());
+          log::debug("{}: end of input", peer_);
+          end_input(0);
+          co_return;
+        case Incoming::Kind::cancelled:
+          end_input(1);  // nothing but stopping cancels a read
+          co_return;
+      }
     }
   }
 
-  int fd_;
-  std::string peer_;
-  mutable std::mutex mutex_;
-  bool broken_ = false;
+  // Until the read-ahead queue has room (or the connection is stopping).
+  asio::awaitable<void> wait_for_room() {
+    for (;;) {
+      {
+        std::lock_guard lock(mutex_);
+        if (inbox_.empty() || (inbox_.size() < kReadAheadMessages && inbox_bytes_ < kReadAheadBytes)) co_return;
+        reader_waiting_ = true;
+      }
+      // The session thread's room_.set() is posted to this thread, so it cannot come before reset().
+      room_.reset();
+      co_await room_.wait();
+      if (stopping_) co_return;
+    }
+  }
+
+  void deliver(Item item) {
+    std::lock_guard lock(mutex_);
+    inbox_bytes_ += item.bytes;
+    inbox_.push_back(std::move(item));
+    ready_.notify_one();
+  }
+
+  void end_input(int exit_code) {
+    std::lock_guard lock(mutex_);
+    if (!input_end_) input_end_ = exit_code;
+    ready_.notify_one();
+  }
+
+  // --- the session thread
+
+  void run_session() {
+    int exit_code = 0;
+    {
+      Session session(library_, *this);
+      for (;;) {
+        std::optional<Item> item;
+        {
+          std::unique_lock lock(mutex_);
+          ready_.wait(lock, [&] { return !inbox_.empty() || input_end_; });
+          if (inbox_.empty()) {
+            exit_code = *input_end_;
+            break;
+          }
+          item.emplace(std::move(inbox_.front()));
+          inbox_.pop_front();
+          inbox_bytes_ -= item->bytes;
+          if (std::exchange(reader_waiting_, false)) asio::post(executor_, [this] { room_.set(); });
+        }
+        session.handle(item->message);
+        if (session.done()) {
+          log::debug("{}: robot/exit received", peer_);
+          break;
+        }
+        if (broken_) {
+          exit_code = 1;
+          break;
+        }
+      }
+    }  // library instances end here, on this thread
+    asio::post(executor_, [this, exit_code] {
+      exit_code_ = exit_code;
+      session_ended_.set();
+    });
+  }
+
+  const Library& library_;
+  const std::string peer_;
+  MessageStream<Stream> stream_;
+  asio::any_io_executor executor_;
+
+  // The read-ahead queue, between the I/O thread and the session thread.
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<Item> inbox_;
+  std::size_t inbox_bytes_ = 0;
+  std::optional<int> input_end_;  // the exit code the input's end calls for
+  bool reader_waiting_ = false;
+
+  std::atomic<bool> broken_{false};  // a write failed
+  // I/O thread only.
+  AsyncEvent room_;
+  AsyncEvent session_ended_;
+  AsyncEvent reader_done_;
+  AsyncEvent writer_done_;
+  bool stopping_ = false;
+  int exit_code_ = 1;
 };
 
 int serve_stdio(const Library& library) {
@@ -86,82 +285,86 @@ int serve_stdio(const Library& library) {
   return rc;
 }
 
-std::string describe(const sockaddr_storage& addr) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  unsigned port = 0;
-  if (addr.ss_family == AF_INET) {
-    const auto& a = reinterpret_cast<const sockaddr_in&>(addr);
-    ::inet_ntop(AF_INET, &a.sin_addr, host, sizeof host);
-    port = ntohs(a.sin_port);
-    return fmt::format("{}:{}", host, port);
-  }
-  const auto& a = reinterpret_cast<const sockaddr_in6&>(addr);
-  ::inet_ntop(AF_INET6, &a.sin6_addr, host, sizeof host);
-  port = ntohs(a.sin6_port);
-  return fmt::format("[{}]:{}", host, port);
+std::string describe(const tcp::endpoint& endpoint) {
+  const auto address = endpoint.address();
+  if (address.is_v6()) return fmt::format("[{}]:{}", address.to_string(), endpoint.port());
+  return fmt::format("{}:{}", address.to_string(), endpoint.port());
 }
 
-int listen_on(const std::string& host, std::uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string service = std::to_string(port);
-  if (int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
-    log::error("cannot resolve '{}': {}", host, ::gai_strerror(rc));
-    return -1;
+bool listen_on(tcp::acceptor& acceptor, const std::string& host, std::uint16_t port) {
+  error_code ec;
+  tcp::resolver resolver(acceptor.get_executor());
+  const auto found = resolver.resolve(host, std::to_string(port),
+                                      tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec) {
+    log::error("cannot resolve '{}': {}", host, ec.message());
+    return false;
   }
-  int listener = -1;
-  std::string last_error;
-  for (addrinfo* ai = found; ai && listener < 0; ai = ai->ai_next) {
-    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue;
-    const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
-      listener = fd;
-    } else {
-      last_error = std::strerror(errno);
-      ::close(fd);
+  std::string last_error = "no address";
+  for (const auto& entry : found) {
+    const tcp::endpoint endpoint = entry.endpoint();
+    acceptor.open(endpoint.protocol(), ec);
+    // CLOEXEC set before any keyword runs, so no process the library spawns can inherit it.
+    if (!ec && ::fcntl(acceptor.native_handle(), F_SETFD, FD_CLOEXEC) != 0) ec.assign(errno, boost::system::system_category());
+    if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor.bind(endpoint, ec);
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec) acceptor.non_blocking(true, ec);
+    if (!ec) return true;
+    last_error = ec.message();
+    error_code ignored;
+    acceptor.close(ignored);
+  }
+  log::error("cannot listen on {}:{}: {}", host, port, last_error);
+  return false;
+}
+
+asio::awaitable<void> serve_connection(const Library& library, tcp::socket socket, std::string name) {
+  log::info("{}: opened", name);
+  Connection<tcp::socket> connection(library, name, std::move(socket));
+  const int rc = co_await connection.run();
+  log::info("{}: closed{}", name, rc == 0 ? "" : " after an error");
+}
+
+asio::awaitable<void> accept_loop(const Library& library, tcp::acceptor& acceptor) {
+  const auto executor = acceptor.get_executor();
+  const auto protocol = acceptor.local_endpoint().protocol();
+  asio::steady_timer backoff(executor);
+  for (std::uint64_t connections = 0;;) {
+    auto [ec] = co_await acceptor.async_wait(tcp::acceptor::wait_read, asio::as_tuple(asio::use_awaitable));
+    // accept4 with SOCK_CLOEXEC: a keyword forking on another connection's thread at this very moment
+    // cannot inherit the connection.
+    const int fd = ec ? -1 : ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (!ec && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)) continue;
+      // Out of descriptors or memory: back off instead of spinning.
+      log::error("accept failed: {}", ec ? ec.message() : std::strerror(errno));
+      backoff.expires_after(std::chrono::milliseconds(100));
+      co_await backoff.async_wait(asio::as_tuple(asio::use_awaitable));
+      continue;
     }
+    tcp::socket socket(executor);
+    socket.assign(protocol, fd, ec);
+    if (ec) {
+      log::error("accept failed: {}", ec.message());
+      ::close(fd);
+      continue;
+    }
+    socket.set_option(tcp::no_delay(true), ec);  // small frames, latency matters
+    const std::string name = fmt::format("connection {} from {}", ++connections, describe(socket.remote_endpoint(ec)));
+    asio::co_spawn(executor, serve_connection(library, std::move(socket), name), log_exceptions(name));
   }
-  ::freeaddrinfo(found);
-  if (listener < 0) log::error("cannot listen on {}:{}: {}", host, port, last_error);
-  return listener;
 }
 
 int serve_tcp(const Library& library, const ServeOptions& options) {
-  const int listener = listen_on(options.host, options.port);
-  if (listener < 0) return 1;
-  sockaddr_storage bound{};
-  socklen_t len = sizeof bound;
-  ::getsockname(listener, reinterpret_cast<sockaddr*>(&bound), &len);
+  asio::io_context io;
+  tcp::acceptor acceptor(io);
+  if (!listen_on(acceptor, options.host, options.port)) return 1;
   // Printed whatever the log level: scripts wait for this line to learn the real port.
-  log::write(log::Level::info, fmt::format("listening on {}", describe(bound)));
-
-  std::atomic<std::uint64_t> connections{0};
-  for (;;) {
-    sockaddr_storage peer{};
-    socklen_t peer_len = sizeof peer;
-    const int fd = ::accept4(listener, reinterpret_cast<sockaddr*>(&peer), &peer_len, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      // Out of descriptors or memory: back off instead of spinning.
-      log::error("accept failed: {}", std::strerror(errno));
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      continue;
-    }
-    const int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // small frames, latency matters
-    const std::string name = fmt::format("connection {} from {}", ++connections, describe(peer));
-    std::thread([&library, fd, name] {
-      log::info("{}: opened", name);
-      const int rc = serve_stream(library, fd, fd, name);
-      ::close(fd);
-      log::info("{}: closed{}", name, rc == 0 ? "" : " after an error");
-    }).detach();
-  }
+  log::write(log::Level::info, fmt::format("listening on {}", describe(acceptor.local_endpoint())));
+  asio::co_spawn(io, accept_loop(library, acceptor), log_exceptions("accept loop"));
+  io.run();
+  return 1;
 }
 
 std::optional<std::string> parse_endpoint(std::string_view text, ServeOptions& options) {
@@ -183,39 +386,31 @@ std::optional<std::string> parse_endpoint(std::string_view text, ServeOptions& o
 }  // namespace
 
 int serve_stream(const Library& library, int in_fd, int out_fd, std::string_view peer) {
-  FdOutput out(out_fd, peer);
-  Session session(library, out);
-  FrameReader reader;
-  std::string buffer(64 * 1024, '\0');
-  for (;;) {
-    const ssize_t n = ::read(in_fd, buffer.data(), buffer.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      log::error("{}: read failed: {}", peer, std::strerror(errno));
-      return 1;
-    }
-    if (n == 0) {
-      if (reader.buffered() > 0) log::warn("{}: end of input inside a frame ({} bytes dropped)", peer, reader.buffered());
-      log::debug("{}: end of input", peer);
-      return 0;
-    }
-    reader.feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
-    for (;;) {
-      FrameReader::Result r = reader.next();
-      if (r.kind == FrameReader::Result::Kind::need_more) break;
-      if (r.kind == FrameReader::Result::Kind::error) {
-        // The stream cannot be resynchronized after a framing fault: end the session.
-        log::error("{}: framing error: {}", peer, r.error);
-        return 1;
-      }
-      session.handle(r.body);
-      if (session.done()) {
-        log::debug("{}: robot/exit received", peer);
-        return 0;
-      }
-      if (out.broken()) return 1;
-    }
+  // Asio owns and closes copies (CLOEXEC, like every descriptor of the SDK). It also makes them
+  // non-blocking, which shows through to whoever shares them (stdin with a shell): restored below.
+  const int in_flags = ::fcntl(in_fd, F_GETFL);
+  const int out_flags = ::fcntl(out_fd, F_GETFL);
+  const int in_copy = ::fcntl(in_fd, F_DUPFD_CLOEXEC, 3);
+  const int out_copy = in_copy < 0 ? -1 : ::fcntl(out_fd, F_DUPFD_CLOEXEC, 3);
+  if (in_copy < 0 || out_copy < 0) {
+    log::error("{}: cannot use the descriptors: {}", peer, std::strerror(errno));
+    if (in_copy >= 0) ::close(in_copy);
+    return 1;
   }
+  int rc = 1;
+  {
+    asio::io_context io;
+    // Regular files and /dev/null cannot be watched, but never block: Asio reads and writes them at once.
+    Connection<FdPair> connection(library, std::string(peer), FdPair(Descriptor(io, in_copy), Descriptor(io, out_copy)));
+    asio::co_spawn(io, connection.run(), [&](std::exception_ptr e, int exit_code) {
+      log_exceptions(std::string(peer))(e);
+      if (!e) rc = exit_code;
+    });
+    io.run();
+  }
+  if (in_flags >= 0) ::fcntl(in_fd, F_SETFL, in_flags);
+  if (out_flags >= 0) ::fcntl(out_fd, F_SETFL, out_flags);
+  return rc;
 }
 
 std::optional<std::string> parse_serve_options(const std::vector<std::string>& args, ServeOptions& options) {

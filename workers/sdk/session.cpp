@@ -1,5 +1,5 @@
 // Session: the protocol state machine of one connection, as the reference server behaves
-// (shared/traces), with the fixes the traces call for (errors before initialization carry the id,
+// (tests/data/traces), with the fixes the traces call for (errors before initialization carry the id,
 // an unknown keyword gets a helpful message).
 #include "workers/sdk/sdk.hpp"
 
@@ -50,31 +50,13 @@ json::object error_result(std::string_view message, std::string_view type, std::
   return result;
 }
 
-// params fields: absent and null both mean "not given", as the real client sometimes leaves them out.
-const json::value* field(const json::value& params, std::string_view name) {
-  if (!params.is_object()) return nullptr;
-  const json::value* v = params.get_object().if_contains(name);
-  return v && !v->is_null() ? v : nullptr;
+// Optional list/dict params as trees; absent or null read as empty.
+json::array array_of(const params::Object& p, const std::optional<Slice>& slice) {
+  return slice ? std::move(parse_value(p.of(slice)).as_array()) : json::array();
 }
 
-std::optional<std::string> string_field(const json::value& params, std::string_view name) {
-  const json::value* v = field(params, name);
-  if (!v || !v->is_string()) return std::nullopt;
-  return std::string(v->get_string());
-}
-
-// Optional list/dict fields: absent or null read as empty; nullptr when present with another type.
-// Pointers, not copies: keyword arguments can be large.
-const json::array* array_field(const json::value& params, std::string_view name) {
-  static const json::array empty;
-  const json::value* v = field(params, name);
-  return v ? v->if_array() : &empty;
-}
-
-const json::object* object_field(const json::value& params, std::string_view name) {
-  static const json::object empty;
-  const json::value* v = field(params, name);
-  return v ? v->if_object() : &empty;
+json::object object_of(const params::Object& p, const std::optional<Slice>& slice) {
+  return slice ? std::move(parse_value(p.of(slice)).as_object()) : json::object();
 }
 
 std::string keyword_names(const Library& library) {
@@ -91,67 +73,49 @@ std::string keyword_names(const Library& library) {
 Session::Session(const Library& library, Output& out) : library_(library), out_(out) {}
 Session::~Session() = default;
 
-void Session::handle(std::string_view body) {
-  Classified classified = parse_message(body);
-  if (auto* bad = std::get_if<ProtocolError>(&classified)) {
+void Session::handle(std::string_view body) { handle(parse_message(body)); }
+
+void Session::handle(const Classified& classified) {
+  if (const auto* bad = std::get_if<ProtocolError>(&classified)) {
     log::warn("bad message ({}): {}", bad->code, bad->message);
-    out_.send(make_error(bad->id, bad->code, bad->message));
+    reply_error(bad->id_text, bad->code, bad->message);
     return;
   }
   const Message& message = std::get<Message>(classified);
-  if (message.kind == Message::Kind::response || message.kind == Message::Kind::error_response) {
-    // This server never sends requests, so no answer can be expected; drop it.
-    log::warn("ignoring a response with id {}: this server sends no requests", id_to_string(message.id()));
-    return;
-  }
-  dispatch(message);
-}
-
-void Session::dispatch(const Message& message) {
-  static const std::map<std::string_view, Handler> handlers = {
-      {protocol::kInitialize, &Session::on_initialize},
-      {protocol::kInitialized, &Session::on_initialized},
-      {protocol::kImportLibrary, &Session::on_import_library},
-      {protocol::kRunKeyword, &Session::on_run_keyword},
-      {protocol::kFinalizeLibrary, &Session::on_finalize_library},
-      {protocol::kShutdown, &Session::on_shutdown},
-      {protocol::kExit, &Session::on_exit},
-  };
-  const bool is_request = message.kind == Message::Kind::request;
-  if (auto problem = check_client_method(message)) {
-    if (problem->answer) reply_error(message.id(), problem->code, problem->message);
-    else log::debug("ignoring: {}", problem->message);
-    return;
-  }
   try {
-    (this->*handlers.at(message.method()))(message);
+    protocol_.dispatch(message, *this);
   } catch (const std::exception& e) {
-    // Handlers answer before anything can throw; this is for bugs (or bad_alloc), and must not end
-    // the session.
+    // Handlers answer once nothing can throw any more; this is for bugs (or bad_alloc), and must not
+    // end the session.
     log::error("{} failed: {}", message.method(), e.what());
-    if (is_request) reply_error(message.id(), protocol::kInternalError, e.what());
+    if (message.kind == Message::Kind::request) reply_error(message.id_text(), protocol::kInternalError, e.what());
   }
 }
 
-void Session::reply(const json::value& id, json::value result) { out_.send(make_result(id, std::move(result))); }
-
-void Session::reply_error(const json::value& id, int code, std::string_view message) {
-  out_.send(make_error(id, code, message));
+void Session::reply(const Message& request, const json::value& result) {
+  out_.send(make_result_raw(request.id_text(), json::serialize(result)));
 }
 
-bool Session::require_initialized(const Message& request, std::string_view what) {
-  if (initialize_received_ && initialized_received_) return true;
-  reply_error(request.id(), protocol::kNotInitialized,
-              fmt::format("Initialize and Initialized must be received before {}.", what));
-  return false;
+void Session::reply_error(std::string_view id_text, int code, std::string_view message) {
+  out_.send(make_error_raw(id_text, code, message));
 }
 
-void Session::on_initialize(const Message& m) {
-  if (const auto& hook = library_.initialize_hook(); hook && !hook(m.params())) {
+void Session::refuse(const Message& request, int code, std::string message) {
+  reply_error(request.id_text(), code, message);
+}
+
+void Session::ignore(const Message& message, std::string why) {
+  if (message.kind == Message::Kind::response || message.kind == Message::Kind::error_response)
+    log::warn("ignoring {}", why);
+  else
+    log::debug("ignoring: {}", why);
+}
+
+void Session::on_initialize(const Message& m, params::Initialize p) {
+  if (const auto& hook = library_.initialize_hook(); hook && !hook(parse_value(p.text))) {
     log::warn("robot/initialize left unanswered on purpose");
     return;
   }
-  initialize_received_ = true;
   json::object capabilities;
   capabilities["support_exit"] = true;
   capabilities["libraries"] = json::array{json::string(library_.name())};
@@ -161,80 +125,56 @@ void Session::on_initialize(const Message& m) {
   json::object result;
   result["capabilities"] = std::move(capabilities);
   result["server_info"] = std::move(server_info);
-  reply(m.id(), std::move(result));
+  reply(m, result);
 }
 
-void Session::on_initialized(const Message&) { initialized_received_ = true; }
+void Session::on_initialized(const Message&) {}
 
-void Session::on_import_library(const Message& m) {
-  if (!require_initialized(m, "ImportLibrary")) return;
-  const json::value& params = m.params();
-  auto name = string_field(params, "name");
-  auto args = array_field(params, "args");
-  auto kw_args = object_field(params, "kw_args");
-  if (!name || !args || !kw_args) {
-    reply_error(m.id(), protocol::kInvalidParams,
-                "robot/import_library needs params {name: string, args?: list, kw_args?: object}");
-    return;
-  }
-  if (!name->empty() && *name != library_.name()) {
-    reply_error(m.id(), protocol::kInvalidParams,
-                fmt::format("Library '{}' is not available; this server serves '{}'.", *name, library_.name()));
+void Session::on_import_library(const Message& m, params::ImportLibrary p) {
+  if (!p.name.empty() && p.name != library_.name()) {
+    reply_error(m.id_text(), protocol::kInvalidParams,
+                fmt::format("Library '{}' is not available; this server serves '{}'.", p.name, library_.name()));
     return;
   }
 
   auto instance = std::make_unique<Instance>();
-  instance->import = ImportArgs{*args, *kw_args};
+  instance->import = ImportArgs{array_of(p, p.args), object_of(p, p.kw_args)};
   if (const auto& hook = library_.import_hook()) {
     ImportContext context{library_.name(), instance->import, instance->state};
     try {
       hook(context);
     } catch (const std::exception& e) {
       log::warn("import of '{}' failed: {}", library_.name(), e.what());
-      reply_error(m.id(), protocol::kInternalError, e.what());
+      reply_error(m.id_text(), protocol::kInternalError, e.what());
       return;
     }
   }
 
   std::string token = new_token();
-  log::info("imported '{}' as {} (args {}, kw_args {})", library_.name(), token,
-            json::serialize(instance->import.args), json::serialize(instance->import.kw_args));
+  log::info("imported '{}' as {} (args {}, kw_args {})", library_.name(), token, p.of(p.args, "[]"),
+            p.of(p.kw_args, "{}"));
   instances_.emplace(token, std::move(instance));
   json::object result;
   result["token"] = token;
   result["definition"] = library_.definition();
-  reply(m.id(), std::move(result));
+  reply(m, result);
 }
 
-void Session::on_run_keyword(const Message& m) {
-  if (!require_initialized(m, "RunKeyword")) return;
-  const json::value& params = m.params();
-  auto token = string_field(params, "library_token");
-  auto name = string_field(params, "name");
-  const json::array* args = array_field(params, "args");
-  const json::object* kwargs = object_field(params, "kwargs");
-  if (!token || !name || !args || !kwargs) {
-    reply_error(m.id(), protocol::kInvalidParams,
-                "robot/run_keyword needs params {library_token: string, name: string, args?: list, kwargs?: object}");
-    return;
-  }
-  reply(m.id(), run_keyword(*token, *name, *args, *kwargs));
-}
+void Session::on_run_keyword(const Message& m, params::RunKeyword p) { reply(m, run_keyword(p)); }
 
-json::value Session::run_keyword(const std::string& token, const std::string& name, const json::array& args,
-                                 const json::object& kwargs) {
-  auto instance = instances_.find(token);
+json::value Session::run_keyword(const params::RunKeyword& p) {
+  auto instance = instances_.find(p.library_token);
   if (instance == instances_.end())
-    return error_result(fmt::format("No library '{}' found.", token), "LibraryNotFoundError");
-  const Keyword* keyword = library_.find(name);
+    return error_result(fmt::format("No library '{}' found.", p.library_token), "LibraryNotFoundError");
+  const Keyword* keyword = library_.find(p.name);
   if (!keyword)
-    return error_result(fmt::format("No keyword named '{}' in library '{}'. Available: {}.", name, library_.name(),
+    return error_result(fmt::format("No keyword named '{}' in library '{}'. Available: {}.", p.name, library_.name(),
                                     keyword_names(library_)),
                         "KeywordNotFoundError");
 
   Instance& inst = *instance->second;
   try {
-    json::object bound = bind_arguments(library_.name(), *keyword, args, kwargs);
+    json::object bound = bind_arguments(library_.name(), *keyword, array_of(p, p.args), object_of(p, p.kwargs));
     Call call(library_.name(), keyword->name, std::move(bound), inst.import, inst.state, out_);
     json::value value = keyword->body(call);
     json::object result;
@@ -255,15 +195,13 @@ json::value Session::run_keyword(const std::string& token, const std::string& na
   }
 }
 
-void Session::on_finalize_library(const Message& m) {
+void Session::on_finalize_library(const Message& m, params::FinalizeLibrary p) {
   // Finalizing an unknown or already finalized token is not an error (the reference answers {}).
-  if (auto token = string_field(m.params(), "token")) {
-    if (instances_.erase(*token) > 0) log::info("finalized {}", *token);
-  }
-  reply(m.id(), json::object());
+  if (instances_.erase(p.token) > 0) log::info("finalized {}", p.token);
+  reply(m, json::object());
 }
 
-void Session::on_shutdown(const Message& m) { reply(m.id(), json::object()); }
+void Session::on_shutdown(const Message& m) { reply(m, json::object()); }
 
 void Session::on_exit(const Message&) { done_ = true; }
 

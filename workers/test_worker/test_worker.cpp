@@ -287,7 +287,8 @@ void add_keywords(rjg::sdk::Library& lib) {
 
   lib.keyword("List Fds", {{"when", "str", json::value("start")}},
               "Returns the open descriptor numbers: 'start' those open when the worker began (what it "
-              "inherited), 'now' those open now (the SDK's own protocol descriptor included).",
+              "inherited), 'now' those open now (the SDK's own included: its copies of the protocol stream and its "
+              "event loop's, all CLOEXEC).",
               [](Call& c) -> json::value {
                 const std::string when = c.get<std::string>("when");
                 std::vector<int> fds;
