@@ -1,16 +1,16 @@
 #include "gateway/cli/client.hpp"
 
-#include "common/protocol/framing.hpp"
 #include "common/protocol/protocol.hpp"
+#include "common/runtime/message_stream.hpp"
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <fmt/format.h>
-#include <poll.h>
 
-#include <cerrno>
-#include <cstring>
 #include <charconv>
 #include <deque>
 
@@ -62,11 +62,13 @@ bool parse_tcp_uri(std::string_view uri, std::string& host, std::uint16_t& port)
 }
 
 struct RpcClient::Impl {
-  asio::io_context io;
-  tcp::socket socket{io};
+  using Stream = MessageStream<tcp::socket>;
+
+  asio::io_context io{1};
+  std::optional<Stream> stream;  // while connected (until close())
+  bool writer_running = false;
   std::string peer;  // "host:port", for messages
   std::chrono::milliseconds timeout;
-  FrameReader reader;
   std::deque<Message> pending;  // received, not yet handed out
   bool eof = false;
   std::uint64_t next_id = 1;
@@ -74,78 +76,162 @@ struct RpcClient::Impl {
   std::string client_version = "0.1.0";
 
   explicit Impl(std::chrono::milliseconds t) : timeout(t) {}
+  ~Impl() { disconnect(); }
 
-  void require_open() const {
-    if (!socket.is_open()) throw RpcError(RpcError::Kind::closed, "not connected");
+  bool open() { return stream && stream->stream().is_open(); }
+
+  void require_open() {
+    if (!open()) throw RpcError(RpcError::Kind::closed, "not connected");
   }
 
-  // Waits until fd is ready for events or the deadline passes; false on timeout.
-  bool wait_fd(short events, Clock::time_point deadline) {
-    for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      int ms = left.count() <= 0 ? 0 : static_cast<int>(std::min<long long>(left.count(), 1 << 30));
-      pollfd pfd{socket.native_handle(), events, 0};
-      int n = ::poll(&pfd, 1, ms);
-      if (n > 0) return true;
-      if (n == 0) return false;
-      if (errno != EINTR) throw RpcError(RpcError::Kind::io, fmt::format("poll on {}: {}", peer, std::strerror(errno)));
+  // Runs the io_context until done() holds or the deadline passes. A deadline already past still
+  // runs what is ready (a poll). Returns done().
+  template <typename Done>
+  bool run_until(Done done, Clock::time_point deadline) {
+    if (io.stopped()) io.restart();
+    if (Clock::now() >= deadline) io.poll();
+    while (!done() && Clock::now() < deadline) {
+      // Stopped: nothing is left that could make done() true.
+      if (io.run_one_until(deadline) == 0 && io.stopped()) break;
     }
+    return done();
   }
 
-  void write_all(std::string_view bytes) {
+  void connected(tcp::socket socket) {
+    stream.emplace(StreamOptions{}, std::move(socket));
+    writer_running = true;
+    asio::co_spawn(io, stream->run_writer(), [this](std::exception_ptr) { writer_running = false; });
+  }
+
+  // Ends the connection: the writer stops (what it could not write is dropped), the socket closes.
+  void disconnect() {
+    if (!stream) return;
+    boost::system::error_code ec;
+    stream->close_writer();
+    if (stream->stream().is_open()) {
+      stream->stream().shutdown(tcp::socket::shutdown_both, ec);
+      stream->stream().close(ec);
+    }
+    run_until([&] { return !writer_running; }, Clock::now() + 5s);
+    stream.reset();
+  }
+
+  // A frame (send) or bytes as they are (send_raw), written before returning.
+  void send(std::string_view json_text) {
+    require_writable();
+    stream->send(json_text);
+    flush();
+  }
+  void send_raw(std::string bytes) {
+    require_writable();
+    stream->send_raw(std::move(bytes));
+    flush();
+  }
+
+  void require_writable() {
     require_open();
-    auto deadline = Clock::now() + timeout;
-    while (!bytes.empty()) {
-      boost::system::error_code ec;
-      std::size_t n = socket.write_some(asio::buffer(bytes.data(), bytes.size()), ec);
-      if (ec == asio::error::would_block || ec == asio::error::try_again) {
-        if (!wait_fd(POLLOUT, deadline))
-          throw RpcError(RpcError::Kind::timeout,
-                         fmt::format("timed out after {} ms writing to {} (the server does not read)",
-                                     timeout.count(), peer));
-        continue;
-      }
-      if (ec == asio::error::interrupted) continue;
-      if (ec) throw RpcError(RpcError::Kind::io, fmt::format("write to {} failed: {}", peer, ec.message()));
-      bytes.remove_prefix(n);
-    }
+    if (stream->write_failed())
+      throw RpcError(RpcError::Kind::io, fmt::format("write to {} failed: the connection is broken", peer));
   }
 
-  // Moves every complete frame in the reader into `pending`.
-  void drain_frames() {
-    for (;;) {
-      auto r = reader.next();
-      if (r.kind == FrameReader::Result::Kind::need_more) return;
-      if (r.kind == FrameReader::Result::Kind::error)
-        throw RpcError(RpcError::Kind::framing, fmt::format("bad frame from {}: {}", peer, r.error));
-      auto classified = parse_message(r.body);
-      if (auto* err = std::get_if<ProtocolError>(&classified)) {
-        std::string shown = r.body.size() > 200 ? r.body.substr(0, 200) + "..." : r.body;
-        throw RpcError(RpcError::Kind::protocol,
-                       fmt::format("invalid message from {}: {} (body: {})", peer, err->message, shown));
-      }
-      pending.push_back(std::move(std::get<Message>(classified)));
-    }
+  // Runs the writer until the queue is empty. After a timeout the rest stays queued (and goes out
+  // while the client next waits for something).
+  void flush() {
+    auto written = [&] { return stream->queued_bytes() == 0 || stream->write_failed(); };
+    if (!run_until(written, Clock::now() + timeout))
+      throw RpcError(RpcError::Kind::timeout,
+                     fmt::format("timed out after {} ms writing to {} (the server does not read)", timeout.count(),
+                                 peer));
+    if (stream->write_failed())
+      throw RpcError(RpcError::Kind::io, fmt::format("write to {} failed: the connection is broken", peer));
   }
 
-  // Reads once (waiting until deadline); false on timeout. Sets eof when the peer closed.
-  bool read_some(Clock::time_point deadline) {
+  // One read() of the stream, up to the deadline. At the deadline the read is cancelled
+  // (Incoming::Kind::cancelled): bytes already received stay in the stream's buffer.
+  Incoming read_one(Clock::time_point deadline) {
+    std::optional<Incoming> result;
+    std::exception_ptr failure;
+    asio::cancellation_signal cancel;
+    asio::co_spawn(io, stream->read(),
+                   asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, Incoming in) {
+                     if (e) failure = e;
+                     else result = std::move(in);
+                   }));
+    auto finished = [&] { return result || failure; };
+    if (!run_until(finished, deadline)) {
+      cancel.emit(asio::cancellation_type::terminal);
+      if (!run_until(finished, Clock::now() + 5s)) {
+        // Not expected: a cancelled read completes at once. Closing the socket ends it for sure.
+        boost::system::error_code ec;
+        stream->stream().close(ec);
+        run_until(finished, Clock::time_point::max());
+      }
+    }
+    if (failure) {
+      // Cancelled between two reads of the socket: the coroutine throws instead of reading again.
+      try {
+        std::rethrow_exception(failure);
+      } catch (const boost::system::system_error& e) {
+        if (e.code() != asio::error::operation_aborted)
+          throw RpcError(RpcError::Kind::io, fmt::format("read from {} failed: {}", peer, e.what()));
+      }
+      Incoming in;
+      in.kind = Incoming::Kind::cancelled;
+      return in;
+    }
+    return std::move(*result);
+  }
+
+  // Reads until a message arrives or the peer closes (false: the deadline passed first). The
+  // message goes to `pending`, with every further complete frame already received.
+  bool receive(Clock::time_point deadline) {
     require_open();
     if (eof) return false;
-    if (!wait_fd(POLLIN, deadline)) return false;
-    char buf[64 * 1024];
-    boost::system::error_code ec;
-    std::size_t n = socket.read_some(asio::buffer(buf), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again || ec == asio::error::interrupted)
-      return true;
-    if (ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::broken_pipe) {
-      eof = true;
-      return true;
+    bool received = false;
+    for (;;) {
+      Incoming in = read_one(received ? Clock::now() : deadline);
+      switch (in.kind) {
+        case Incoming::Kind::message:
+          pending.push_back(std::move(*in.message));
+          received = true;
+          if (stream->buffered() == 0) return true;
+          break;
+        case Incoming::Kind::invalid:
+          throw RpcError(RpcError::Kind::protocol, fmt::format("invalid message from {}: {} (body: {})", peer,
+                                                               in.problem->message, shorten(in.body)));
+        case Incoming::Kind::framing_error:
+          throw RpcError(RpcError::Kind::framing, fmt::format("bad frame from {}: {}", peer, in.error));
+        case Incoming::Kind::closed:
+          if (!peer_gone(in.read_error))
+            throw RpcError(RpcError::Kind::io, fmt::format("read from {} failed: {}", peer, in.error));
+          eof = true;
+          return true;
+        case Incoming::Kind::cancelled:
+          return received;
+      }
     }
-    if (ec) throw RpcError(RpcError::Kind::io, fmt::format("read from {} failed: {}", peer, ec.message()));
-    reader.feed(std::string_view(buf, n));
-    drain_frames();
-    return true;
+  }
+
+  // A tree view of a received message. Classification refuses what Boost.JSON would refuse; should
+  // the two ever disagree, the message is a protocol error here like any other the client cannot read,
+  // not a Boost exception out of a blocking call.
+  template <typename View>
+  auto tree(const Message& m, View view) -> decltype(view(m)) {
+    try {
+      return view(m);
+    } catch (const boost::system::system_error& e) {
+      throw RpcError(RpcError::Kind::protocol, fmt::format("message from {} cannot be read as a JSON tree: {} (body: {})",
+                                                           peer, e.code().message(), shorten(m.text())));
+    }
+  }
+
+  static std::string shorten(const std::string& body) {
+    return body.size() > 200 ? body.substr(0, 200) + "..." : body;
+  }
+
+  // End of stream, or a reset: the peer has closed the connection.
+  static bool peer_gone(const boost::system::error_code& ec) {
+    return ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
   }
 
   std::optional<Message> next_message(std::chrono::milliseconds t) {
@@ -157,13 +243,13 @@ struct RpcClient::Impl {
         return m;
       }
       if (eof) {
-        if (reader.buffered() > 0)
+        if (stream && stream->buffered() > 0)
           throw RpcError(RpcError::Kind::closed,
                          fmt::format("{} closed the connection in the middle of a frame ({} bytes pending)", peer,
-                                     reader.buffered()));
+                                     stream->buffered()));
         throw RpcError(RpcError::Kind::closed, fmt::format("{} closed the connection", peer));
       }
-      if (!read_some(deadline) && Clock::now() >= deadline) return std::nullopt;
+      if (!receive(deadline) && Clock::now() >= deadline) return std::nullopt;
     }
   }
 };
@@ -180,16 +266,16 @@ void RpcClient::connect(const std::string& host, std::uint16_t port) {
   tcp::resolver resolver(s.io);
   auto endpoints = resolver.resolve(host, std::to_string(port), ec);
   if (ec) throw RpcError(RpcError::Kind::connect, fmt::format("cannot resolve {}: {}", host, ec.message()));
-  if (s.socket.is_open()) s.socket.close(ec);
-  s.reader = FrameReader{};
+  s.disconnect();
   s.pending.clear();
   s.eof = false;
   // A loopback or LAN connect is quick; a blocking connect is bounded by the kernel's SYN retries.
-  asio::connect(s.socket, endpoints, ec);
+  tcp::socket socket(s.io);
+  asio::connect(socket, endpoints, ec);
   if (ec) throw RpcError(RpcError::Kind::connect, fmt::format("cannot connect to {}: {}", s.peer, ec.message()));
-  s.socket.set_option(tcp::no_delay(true), ec);
-  s.socket.non_blocking(true, ec);
+  socket.set_option(tcp::no_delay(true), ec);
   if (ec) throw RpcError(RpcError::Kind::connect, fmt::format("cannot configure socket to {}: {}", s.peer, ec.message()));
+  s.connected(std::move(socket));
 }
 
 void RpcClient::connect(std::string_view uri) {
@@ -200,7 +286,7 @@ void RpcClient::connect(std::string_view uri) {
   connect(host, port);
 }
 
-bool RpcClient::connected() const { return impl_->socket.is_open() && !impl_->eof; }
+bool RpcClient::connected() const { return impl_->open() && !impl_->eof; }
 
 void RpcClient::set_timeout(std::chrono::milliseconds timeout) { impl_->timeout = timeout; }
 std::chrono::milliseconds RpcClient::timeout() const { return impl_->timeout; }
@@ -217,7 +303,7 @@ json::value RpcClient::send_request(std::string_view method, json::value params)
 }
 
 void RpcClient::send_request_with_id(const json::value& id, std::string_view method, json::value params) {
-  impl_->write_all(encode_frame(make_request(id, method, std::move(params))));
+  impl_->send(make_request(id, method, params));
 }
 
 RpcReply RpcClient::wait_reply(const json::value& id, const NotificationHandler& on_notification,
@@ -229,44 +315,44 @@ RpcReply RpcClient::wait_reply(const json::value& id, const NotificationHandler&
   std::deque<Message> kept;
   auto restore = [&] {
     for (auto it = kept.rbegin(); it != kept.rend(); ++it) s.pending.push_front(std::move(*it));
+    kept.clear();
   };
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    std::optional<Message> m;
-    try {
-      m = s.next_message(std::max(left, 0ms));
-    } catch (...) {
-      restore();
-      throw;
-    }
-    if (!m) {
-      restore();
-      throw RpcError(RpcError::Kind::timeout,
-                     fmt::format("no answer to request id {} from {} within {} ms", id_to_string(id), s.peer,
-                                 timeout.count()));
-    }
-    switch (m->kind) {
-      case Message::Kind::notification:
-        if (on_notification) on_notification(*m);
-        break;
-      case Message::Kind::response:
-      case Message::Kind::error_response: {
-        const bool is_error = m->kind == Message::Kind::error_response;
-        if (m->id() == id || (is_error && m->id().is_null())) {
-          restore();
-          RpcReply reply;
-          reply.id = m->id();
-          if (is_error) reply.error = m->error();
-          else reply.result = m->result();
-          return reply;
+  try {
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      std::optional<Message> m = s.next_message(std::max(left, 0ms));
+      if (!m)
+        throw RpcError(RpcError::Kind::timeout,
+                       fmt::format("no answer to request id {} from {} within {} ms", id_to_string(id), s.peer,
+                                   timeout.count()));
+      switch (m->kind) {
+        case Message::Kind::notification:
+          if (on_notification) on_notification(*m);
+          break;
+        case Message::Kind::response:
+        case Message::Kind::error_response: {
+          const bool is_error = m->kind == Message::Kind::error_response;
+          json::value answered = s.tree(*m, [](const Message& x) { return x.id(); });
+          if (answered == id || (is_error && answered.is_null())) {
+            RpcReply reply;
+            reply.id = std::move(answered);
+            if (is_error) reply.error = s.tree(*m, [](const Message& x) { return x.error(); });
+            else reply.result = s.tree(*m, [](const Message& x) { return x.result(); });
+            reply.text = m->text();
+            restore();
+            return reply;
+          }
+          kept.push_back(std::move(*m));
+          break;
         }
-        kept.push_back(std::move(*m));
-        break;
+        case Message::Kind::request:
+          kept.push_back(std::move(*m));
+          break;
       }
-      case Message::Kind::request:
-        kept.push_back(std::move(*m));
-        break;
     }
+  } catch (...) {
+    restore();
+    throw;
   }
 }
 
@@ -282,10 +368,10 @@ RpcReply RpcClient::request_with_id(const json::value& id, std::string_view meth
 }
 
 void RpcClient::notify(std::string_view method, json::value params) {
-  impl_->write_all(encode_frame(make_notification(method, std::move(params))));
+  impl_->send(make_notification(method, params));
 }
 
-void RpcClient::send_raw(std::string_view bytes) { impl_->write_all(bytes); }
+void RpcClient::send_raw(std::string_view bytes) { impl_->send_raw(std::string(bytes)); }
 
 std::optional<Message> RpcClient::read_message(std::chrono::milliseconds timeout) {
   if (timeout.count() < 0) timeout = impl_->timeout;
@@ -294,21 +380,15 @@ std::optional<Message> RpcClient::read_message(std::chrono::milliseconds timeout
 
 bool RpcClient::wait_closed(std::chrono::milliseconds timeout) {
   auto& s = *impl_;
-  if (!s.socket.is_open()) return true;
+  if (!s.open()) return true;
   auto deadline = Clock::now() + timeout;
   while (!s.eof) {
-    if (!s.read_some(deadline) && Clock::now() >= deadline) return false;
+    if (!s.receive(deadline) && Clock::now() >= deadline) return false;
   }
   return true;
 }
 
-void RpcClient::close() {
-  boost::system::error_code ec;
-  if (impl_->socket.is_open()) {
-    impl_->socket.shutdown(tcp::socket::shutdown_both, ec);
-    impl_->socket.close(ec);
-  }
-}
+void RpcClient::close() { impl_->disconnect(); }
 
 std::size_t RpcClient::pending_messages() const { return impl_->pending.size(); }
 

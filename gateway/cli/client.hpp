@@ -1,5 +1,7 @@
 // A blocking protocol client over TCP, for the command-line tool, integration tests and benchmarks.
-// One thread, synchronous sockets, a deadline on every read and write so nothing can hang forever.
+// Each call blocks its caller: inside, a private io_context drives the one MessageStream (framing,
+// reader, write queue) that every other protocol peer uses, with a deadline on every read and write
+// so nothing can hang forever.
 #pragma once
 
 #include "common/protocol/message.hpp"
@@ -47,6 +49,7 @@ class RpcCallError : public std::runtime_error {
 // The answer to one request: exactly one of result and error is set.
 struct RpcReply {
   json::value id;  // as the server sent it; null for an error response without id
+  std::string text;  // the answer's body as received, byte for byte (number texts as the server wrote them)
   std::optional<json::value> result;
   std::optional<json::object> error;
 

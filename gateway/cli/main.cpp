@@ -251,8 +251,9 @@ class Session {
       if (m.method() != rjg::protocol::kLog && m.method() != rjg::protocol::kTrace) return;
       std::string level = "INFO";
       std::string message;
-      if (m.params().is_object()) {
-        const auto& p = m.params().get_object();
+      // params() parses a fresh copy: keep it while reading from it.
+      if (const json::value params = m.params(); params.is_object()) {
+        const auto& p = params.get_object();
         if (auto l = field(p, "level"); !l.empty()) level = l;
         message = field(p, "message");
       }

@@ -54,7 +54,7 @@ std::string run_keyword_body(std::string_view id_json, std::string_view token, s
 }
 
 std::string describe_message(const Message& m) {
-  std::string text = json::serialize(m.object);
+  std::string text = m.text();
   return text.size() > 2000 ? text.substr(0, 2000) + "..." : text;
 }
 
@@ -1038,7 +1038,7 @@ std::vector<Pickle> malicious_pickles() {
   };
 }
 
-// Benign Robot values as the reference client sent them (shared/traces/reference-edge-cases.jsonl).
+// Benign Robot values as the reference client sent them (tests/data/traces/reference-edge-cases.jsonl).
 std::vector<std::pair<std::string, std::string>> benign_pickles() {
   return {
       {"DotDict",
@@ -1063,7 +1063,8 @@ std::string upper(std::string s) {
   return s;
 }
 
-fs::path benign_pickle_dir() { return fs::path(__FILE__).parent_path() / "../../../shared/pickles/benign"; }
+// Real pickles of Robot values kept in the repository (tests/data/pickles/benign, see tests/data/README.md).
+fs::path benign_pickle_dir() { return fs::path(RJG_TEST_DATA_DIR) / "pickles" / "benign"; }
 
 std::string file_hex(const fs::path& path) {
   std::string bytes = read_file(path), hex;
@@ -1199,18 +1200,17 @@ TEST_F(PickleTest, DataOnlyAdmitsBenignRobotValues) {
     SCOPED_TRACE(name);
     expect_echoed(c, token, pickled(hex));
   }
-  // Every benign pickle in shared/pickles/benign (Python 3.8, 3.12, 3.13; protocols 4 and 5).
+  // Every benign pickle in tests/data/pickles/benign (Python 3.8, 3.12, 3.13; protocols 4 and 5).
   auto dir = benign_pickle_dir();
+  ASSERT_TRUE(fs::is_directory(dir)) << "fixture missing: benign pickles folder " << dir.string();
   std::size_t files = 0;
-  if (fs::is_directory(dir)) {
-    for (const auto& entry : fs::directory_iterator(dir)) {
-      if (entry.path().extension() != ".pkl") continue;
-      SCOPED_TRACE(entry.path().filename().string());
-      expect_echoed(c, token, pickled(file_hex(entry.path())));
-      ++files;
-    }
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".pkl") continue;
+    SCOPED_TRACE(entry.path().filename().string());
+    expect_echoed(c, token, pickled(file_hex(entry.path())));
+    ++files;
   }
-  EXPECT_GT(files, 0u) << "no benign pickles found in " << dir.string() << " (shared/pickles/benign)";
+  EXPECT_GT(files, 0u) << "fixture missing: no .pkl file in " << dir.string();
   RecordProperty("benign_pickle_files", std::to_string(files));
 }
 

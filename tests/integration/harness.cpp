@@ -1,5 +1,6 @@
 #include "tests/integration/harness.hpp"
 
+#include "common/protocol/json_text.hpp"
 #include "common/protocol/protocol.hpp"
 
 #include <arpa/inet.h>
@@ -105,22 +106,8 @@ void write_file(const fs::path& path, std::string_view text) {
   if (!out) throw std::runtime_error(fmt::format("cannot write {}", path.string()));
 }
 
-std::string toml_string(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-        else out += c;
-    }
-  }
-  return out + "\"";
-}
+// A TOML basic string: its escapes are JSON's (\" \\ \n \t \r \b \f \uXXXX).
+std::string toml_string(std::string_view text) { return jsontext::quote(text); }
 
 bool pid_gone(pid_t pid) { return pid > 0 && ::kill(pid, 0) == -1 && errno == ESRCH; }
 

@@ -138,7 +138,7 @@ class PoolTest : public GatewayTest {
   static void expect_no_answer(RpcClient& c, std::string_view who) {
     auto m = c.read_message(0ms);
     EXPECT_FALSE(m && (m->kind == Message::Kind::response || m->kind == Message::Kind::error_response))
-        << who << " was answered too early: " << (m ? json::serialize(m->object) : std::string());
+        << who << " was answered too early: " << (m ? m->text() : std::string());
   }
 
   // Reads notifications until a robot/log whose message contains `needle` arrives (bounded).
@@ -147,8 +147,9 @@ class PoolTest : public GatewayTest {
     while (Clock::now() < deadline) {
       auto m = c.read_message(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
       if (!m) return false;
-      if (m->kind == Message::Kind::notification && m->method() == protocol::kLog && m->params().is_object()) {
-        const auto& params = m->params().get_object();
+      if (m->kind != Message::Kind::notification || m->method() != protocol::kLog) continue;
+      if (const json::value p = m->params(); p.is_object()) {  // params() is a fresh copy: keep it
+        const auto& params = p.get_object();
         if (params.contains("message") && params.at("message").is_string() &&
             contains(params.at("message").get_string(), needle))
           return true;

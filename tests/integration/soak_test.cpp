@@ -20,6 +20,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -255,7 +256,7 @@ class SoakConn {
         }
         return;
       case Message::Kind::request:
-        fail("the gateway sent a request: " + json::serialize(m.object));
+        fail("the gateway sent a request: " + m.text());
         return;
       case Message::Kind::response:
       case Message::Kind::error_response: {
@@ -265,12 +266,12 @@ class SoakConn {
         }
         const auto key = json::serialize(m.id());
         if (answered_.count(key)) {
-          fail(fmt::format("request {} answered twice; second answer: {}", key, json::serialize(m.object)));
+          fail(fmt::format("request {} answered twice; second answer: {}", key, m.text()));
           return;
         }
         auto it = outstanding_.find(key);
         if (it == outstanding_.end()) {
-          fail(fmt::format("answer for id {} that was never sent: {}", key, json::serialize(m.object)));
+          fail(fmt::format("answer for id {} that was never sent: {}", key, m.text()));
           return;
         }
         outstanding_.erase(it);
@@ -297,24 +298,31 @@ class SoakConn {
   bool client_closed_ = false;  // we hung up
 };
 
+// Message's tree views parse a fresh copy on each call: each helper keeps the copy it reads from.
 std::string error_message_of(const Message& m) {
-  auto it = m.error().find("message");
-  return it != m.error().end() && it->value().is_string() ? std::string(it->value().get_string()) : "";
+  const json::object err = m.error();
+  auto it = err.find("message");
+  return it != err.end() && it->value().is_string() ? std::string(it->value().get_string()) : "";
 }
 int error_code_of(const Message& m) {
-  auto it = m.error().find("code");
-  return it != m.error().end() && it->value().is_int64() ? static_cast<int>(it->value().get_int64()) : 0;
+  const json::object err = m.error();
+  auto it = err.find("code");
+  return it != err.end() && it->value().is_int64() ? static_cast<int>(it->value().get_int64()) : 0;
 }
-const json::value* keyword_result(const Message& m) {
-  if (m.kind != Message::Kind::response || !m.result().is_object()) return nullptr;
-  auto it = m.result().get_object().find("result");
-  static const json::value null_value;
-  return it == m.result().get_object().end() ? &null_value : &it->value();
+std::optional<json::value> keyword_result(const Message& m) {
+  if (m.kind != Message::Kind::response) return std::nullopt;
+  const json::value result = m.result();
+  if (!result.is_object()) return std::nullopt;
+  auto it = result.get_object().find("result");
+  return it == result.get_object().end() ? json::value(nullptr) : it->value();
 }
-const json::object* keyword_error(const Message& m) {
-  if (m.kind != Message::Kind::response || !m.result().is_object()) return nullptr;
-  auto it = m.result().get_object().find("error");
-  return it != m.result().get_object().end() && it->value().is_object() ? &it->value().get_object() : nullptr;
+std::optional<json::object> keyword_error(const Message& m) {
+  if (m.kind != Message::Kind::response) return std::nullopt;
+  const json::value result = m.result();
+  if (!result.is_object()) return std::nullopt;
+  auto it = result.get_object().find("error");
+  if (it == result.get_object().end() || !it->value().is_object()) return std::nullopt;
+  return it->value().get_object();
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -333,7 +341,7 @@ class Episodes {
                                            {"client_info", json::object{{"name", "soak"}, {"version", "0"}}}}));
     if (!init) return "";
     if (init->kind != Message::Kind::response) {
-      c.fail("initialize failed: " + json::serialize(init->object));
+      c.fail("initialize failed: " + init->text());
       return "";
     }
     c.notify(protocol::kInitialized, json::object{});
@@ -346,7 +354,7 @@ class Episodes {
     if (!imported) return "";
     if (imported->kind != Message::Kind::response || !imported->result().is_object() ||
         !imported->result().get_object().contains("token")) {
-      c.fail("import failed: " + json::serialize(imported->object));
+      c.fail("import failed: " + imported->text());
       return "";
     }
     return std::string(imported->result().get_object().at("token").as_string());
@@ -355,9 +363,9 @@ class Episodes {
   // Runs Get Pid and remembers the worker's pid for the leftover check; 0 on failure.
   pid_t get_pid(SoakConn& c, const std::string& token) {
     auto m = c.wait(c.run(token, "Get Pid", {}));
-    const json::value* v = m ? keyword_result(*m) : nullptr;
+    const auto v = m ? keyword_result(*m) : std::nullopt;
     if (!v || !v->is_int64()) {
-      if (m) c.fail("Get Pid failed: " + json::serialize(m->object));
+      if (m) c.fail("Get Pid failed: " + m->text());
       return 0;
     }
     auto pid = static_cast<pid_t>(v->get_int64());
@@ -368,11 +376,11 @@ class Episodes {
   // shutdown, exit, and the gateway closes the connection; nothing may be left unanswered.
   void finish(SoakConn& c) {
     auto bye = c.wait(c.send(protocol::kShutdown, json::object{}));
-    if (bye && bye->kind != Message::Kind::response) c.fail("shutdown failed: " + json::serialize(bye->object));
+    if (bye && bye->kind != Message::Kind::response) c.fail("shutdown failed: " + bye->text());
     c.notify(protocol::kExit, json::object{});
     if (!c.drain_until_closed()) c.fail("the gateway did not close the connection after robot/exit");
     c.expect_all_answered("after robot/exit");
-    for (const auto& m : c.null_id_errors()) c.fail("unexpected error without id: " + json::serialize(m.object));
+    for (const auto& m : c.null_id_errors()) c.fail("unexpected error without id: " + m.text());
     ++shared_.stats.completed;
   }
 
@@ -416,21 +424,21 @@ class Episodes {
     for (auto& p : batch) {
       auto m = c.wait(p.id);
       if (!m) continue;
-      const json::value* result = keyword_result(*m);
+      const auto result = keyword_result(*m);
       if (!result) {
-        c.fail(fmt::format("{} answered with an error: {}", p.keyword, json::serialize(m->object)));
+        c.fail(fmt::format("{} answered with an error: {}", p.keyword, m->text()));
         continue;
       }
       if (p.keyword == "Fail") {
-        const json::object* err = keyword_error(*m);
+        const auto err = keyword_error(*m);
         if (!err || !err->contains("message") || err->at("message") != p.expect)
-          c.fail("Fail did not fail as asked: " + json::serialize(m->object));
+          c.fail("Fail did not fail as asked: " + m->text());
         else
           ++shared_.stats.keyword_failures;
         continue;
       }
       if (keyword_error(*m)) {
-        c.fail(fmt::format("{} failed: {}", p.keyword, json::serialize(m->object)));
+        c.fail(fmt::format("{} failed: {}", p.keyword, m->text()));
         continue;
       }
       if (p.keyword != "Get Pid" && *result != p.expect)
@@ -457,7 +465,7 @@ class Episodes {
     }
     if (std::uniform_int_distribution<int>(0, 1)(rng_) == 0) {
       auto fin = c.wait(c.send(protocol::kFinalizeLibrary, json::object{{"token", token}}));
-      if (fin && fin->kind != Message::Kind::response) c.fail("finalize failed: " + json::serialize(fin->object));
+      if (fin && fin->kind != Message::Kind::response) c.fail("finalize failed: " + fin->text());
     }
     if (std::uniform_int_distribution<int>(0, 4)(rng_) == 0) {
       // Hang up without saying goodbye (nothing is outstanding).
@@ -482,12 +490,12 @@ class Episodes {
     std::vector<json::value> behind;
     for (int i = std::uniform_int_distribution<int>(0, 3)(rng_); i > 0; --i) behind.push_back(c.run(token, "Echo", json::array{i}));
     if (auto m = c.wait(before); m && (!keyword_result(*m) || *keyword_result(*m) != json::value("before")))
-      c.fail("Echo before the crash: " + json::serialize(m->object));
+      c.fail("Echo before the crash: " + m->text());
     if (auto m = c.wait(crash); m && error_code_of(*m) != protocol::kWorkerFailed)
-      c.fail("Crash was not answered with -32012: " + json::serialize(m->object));
+      c.fail("Crash was not answered with -32012: " + m->text());
     for (auto& id : behind) {
       if (auto m = c.wait(id); m && m->kind != Message::Kind::error_response)
-        c.fail("a call queued behind a crash succeeded: " + json::serialize(m->object));
+        c.fail("a call queued behind a crash succeeded: " + m->text());
     }
     ++shared_.stats.crashes;
     std::string fresh = import(c, "TestLibrary");
@@ -495,7 +503,7 @@ class Episodes {
     get_pid(c, fresh);
     auto echo = c.wait(c.run(fresh, "Echo", json::array{"after"}));
     if (echo && (!keyword_result(*echo) || *keyword_result(*echo) != json::value("after")))
-      c.fail("Echo after the crash: " + json::serialize(echo->object));
+      c.fail("Echo after the crash: " + echo->text());
     if (std::uniform_int_distribution<int>(0, 1)(rng_)) finish(c);
     else c.abandon();
   }
@@ -552,7 +560,7 @@ class Episodes {
     int framing = 0;
     for (const auto& m : c.null_id_errors()) {
       if (error_code_of(m) == protocol::kParseError && error_message_of(m).rfind("Framing error: ", 0) == 0) ++framing;
-      else c.fail("unexpected error without id: " + json::serialize(m.object));
+      else c.fail("unexpected error without id: " + m.text());
     }
     if (framing != 1) c.fail(fmt::format("{} framing errors for one broken frame", framing));
     ++shared_.stats.framing_errors;
@@ -571,11 +579,11 @@ class Episodes {
     for (const auto& body : bodies) c.write_in_pieces(fmt::format("Content-Length: {}\r\n\r\n{}", body.size(), body));
     auto echo = c.wait(c.run(token, "Echo", json::array{"goes on"}));
     if (echo && (!keyword_result(*echo) || *keyword_result(*echo) != json::value("goes on")))
-      c.fail("Echo after broken JSON: " + json::serialize(echo->object));
+      c.fail("Echo after broken JSON: " + echo->text());
     // Answers come in order: the three parse errors were sent before the Echo's answer.
     if (c.null_id_errors().size() != 3) c.fail(fmt::format("{} errors for 3 broken bodies", c.null_id_errors().size()));
     for (const auto& m : c.null_id_errors()) {
-      if (error_code_of(m) != protocol::kParseError) c.fail("broken JSON answered with " + json::serialize(m.object));
+      if (error_code_of(m) != protocol::kParseError) c.fail("broken JSON answered with " + m.text());
     }
     c.null_id_errors().clear();
     shared_.stats.json_errors += 3;
@@ -593,7 +601,7 @@ class Episodes {
     if (c.null_id_errors().size() != 1 || error_code_of(c.null_id_errors()[0]) != protocol::kSessionTimeout ||
         error_message_of(c.null_id_errors()[0]).find("handshake_timeout") == std::string::npos) {
       std::string got;
-      for (const auto& m : c.null_id_errors()) got += json::serialize(m.object) + " ";
+      for (const auto& m : c.null_id_errors()) got += m.text() + " ";
       c.fail("a silent connection was not told about handshake_timeout: " + got);
     }
     ++shared_.stats.handshake_timeouts;
@@ -622,8 +630,8 @@ class Episodes {
     }
     auto m = c.wait(id, 300s);
     if (!m) return;
-    const json::value* result = keyword_result(*m);
-    if (!result || *result != json::value(kFloodLogs)) c.fail("the flood's answer: " + json::serialize(m->object));
+    const auto result = keyword_result(*m);
+    if (!result || *result != json::value(kFloodLogs)) c.fail("the flood's answer: " + m->text());
     if (c.logs() != static_cast<std::uint64_t>(kFloodLogs))
       c.fail(fmt::format("{} of {} flood logs arrived", c.logs(), kFloodLogs));
     finish(c);
