@@ -176,7 +176,8 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
   if (!failure) {
     // Argument defaults in the definition travel to the client: the same policy applies to them.
     const auto result = answer->result_text();
-    const auto* definition = jsontext::find(jsontext::members(result), "definition");
+    const auto members = jsontext::members(result);
+    const auto* definition = jsontext::find(members, "definition");
     if (auto refused = refuse_pickles(library, {{"definition", definition ? definition->value.of(result) : ""}}))
       failure = Failure{protocol::kPickleRefused, refused->message, refused->data_json};
   }

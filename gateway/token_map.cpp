@@ -66,7 +66,8 @@ std::optional<WorkerToken> worker_token_of(const Message& import_answer) {
   auto result = import_answer.result_slice();
   if (!result) return std::nullopt;
   const std::string_view text = result->of(import_answer.text());
-  const auto* token = jsontext::find(jsontext::members(text), "token");
+  const auto members = jsontext::members(text);
+  const auto* token = jsontext::find(members, "token");
   if (!token || token->kind != jsontext::Kind::string) return std::nullopt;
   WorkerToken found{jsontext::decode_string(token->value.of(text)), {result->offset + token->value.offset, token->value.size}};
   if (found.token.empty()) return std::nullopt;

@@ -63,8 +63,9 @@ std::pair<std::optional<Scanned>, std::optional<Error>> scan(std::string_view te
 // anything that is not an object. Slices are relative to `object_text`.
 std::vector<Member> members(std::string_view object_text);
 
-// The last member named `key`, or nullptr.
+// The last member named `key`, or nullptr. The pointer is into `members`, so a temporary list is refused.
 const Member* find(const std::vector<Member>& members, std::string_view key);
+const Member* find(std::vector<Member>&& members, std::string_view key) = delete;
 
 // The text of a valid JSON string literal (quotes included) decoded to UTF-8. (scan() refuses lone
 // surrogate escapes, as Boost.JSON does; should one reach here anyway it becomes U+FFFD.)

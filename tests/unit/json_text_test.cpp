@@ -319,7 +319,8 @@ TEST(Members, OfAnObjectTextAndFindTakesTheLastDuplicate) {
   ASSERT_NE(jt::find(members, "params"), nullptr);
   EXPECT_EQ(jt::find(members, "params")->kind, Kind::object);
   EXPECT_EQ(jt::find(members, "absent"), nullptr);
-  EXPECT_EQ(jt::find({}, "id"), nullptr);
+  const std::vector<jt::Member> none;
+  EXPECT_EQ(jt::find(none, "id"), nullptr);
 
   // Slices are relative to the text given: members of a nested object's own text.
   const auto params = jt::find(members, "params")->value.of(object);
