@@ -65,9 +65,11 @@ class Fields {
 }  // namespace
 
 Bound<Initialize> bind_initialize(const Message& m) {
+  // Neither side reads the client's capabilities or info: any params are taken, as they always were.
   Initialize p;
-  Fields f(m, p, "{\"capabilities\"?: object, \"client_info\"?: object}");
-  return f.result(std::move(p));
+  const bool absent = m.params_text().empty() || m.params_kind() == Kind::null;
+  p.text = absent ? "{}" : std::string(m.params_text());
+  return p;
 }
 
 Bound<ImportLibrary> bind_import_library(const Message& m) {

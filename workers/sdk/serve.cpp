@@ -53,11 +53,11 @@ constexpr std::size_t kReadAheadBytes = 8u << 20;
 // Once the session has ended, what is still queued gets this long to be written.
 constexpr auto kFlushTimeout = std::chrono::seconds(5);
 
-// At the end of a connection: stop reading (cancel the pending read), or, when the peer does not
-// take what is left, drop the stream (close).
+// At the end of a connection: stop reading (without cancelling a write in progress: a library's own
+// thread may be sending a log), or, when the peer does not take what is left, drop the stream (close).
 void stop(tcp::socket& socket, bool close) {
   error_code ignored;
-  close ? socket.close(ignored) : socket.cancel(ignored);
+  close ? socket.close(ignored) : socket.shutdown(tcp::socket::shutdown_receive, ignored);
 }
 void stop(FdPair& fds, bool close) {
   error_code ignored;

@@ -20,10 +20,11 @@ class PoolLease final : public Lease {
   PoolLease(Grant grant, asio::any_io_executor executor) : grant_(std::move(grant)), executor_(std::move(executor)) {}
 
   ~PoolLease() override {
-    // An import that was never released (a bug elsewhere) must not keep its worker forever.
+    // An import that was never released (a bug elsewhere) must not keep its worker forever. The grant
+    // moves into the coroutine: this lease is gone by the time it runs.
     if (grant_.worker && grant_.pool) {
-      log::error("bug: library {}: lease on worker pid {} dropped without release", library().name, pid());
-      asio::co_spawn(executor_, release_grant(grant_, "its lease was dropped"), log_exceptions("lease drop"));
+      log::error("bug: library {}: lease on worker pid {} dropped without release", library_name_, pid_);
+      asio::co_spawn(executor_, release_owned(std::move(grant_), "its lease was dropped"), log_exceptions("lease drop"));
     }
   }
 
@@ -111,10 +112,14 @@ class PoolLease final : public Lease {
     if (!grant.worker || !grant.pool) co_return;
     co_await grant.pool->release(grant, std::move(reason));
   }
+  static asio::awaitable<void> release_owned(Grant grant, std::string reason) {
+    co_await release_grant(grant, std::move(reason));
+  }
 
   Grant grant_;
   asio::any_io_executor executor_;
   pid_t pid_ = grant_.worker ? grant_.worker->pid() : 0;
+  std::string library_name_ = grant_.pool ? grant_.pool->library().name : std::string();
 };
 
 }  // namespace
