@@ -180,6 +180,12 @@ std::string_view to_string(PicklePolicy policy) {
   return "?";
 }
 
+std::string_view to_string(Arguments arguments) {
+  for (auto [name, value] : detail::kArgumentModes)
+    if (value == arguments) return name;
+  return "?";
+}
+
 Config load_string(std::string_view text, const std::string& path) { return Loader(path).load(text); }
 
 Config load_file(const std::string& path) {

@@ -30,6 +30,13 @@ enum class PicklePolicy {
   deny,       // no pickled value at all
 };
 
+// Whether the gateway escapes argument strings before a worker sees them.
+enum class Arguments {
+  auto_,   // escape when the worker's robot/initialize answer shows it evaluates strings (the reference server)
+  escape,  // always escape, as Robot Framework's own escaping does
+  as_is,   // never: the worker gets every string exactly as the client sent it
+};
+
 // Per-worker resource limits (setrlimit in the worker before exec). 0 means not set, except for core_size,
 // which is set when core_size_set (core_size = 0 then turns core dumps off).
 struct ResourceLimits {
@@ -67,6 +74,7 @@ struct Library {
   std::size_t max_imports_per_worker = 16;            // shared: tokens one worker holds at most
 
   PicklePolicy pickle = PicklePolicy::data_only;
+  Arguments arguments = Arguments::auto_;
 
   int source_line = 0;  // where the [[library]] table starts
 
@@ -90,6 +98,15 @@ struct Gateway {
   std::size_t max_sessions = 1024;                        // connections at once; 0: none
   std::size_t max_sessions_per_client = 64;               // per source address; 0: none
   std::vector<Network> allow_from;                        // CIDR networks; empty: every address
+
+  // Bounded memory per connection.
+  std::uint64_t max_pending_bytes = 16u * 1024 * 1024;  // request texts of one connection waiting for a worker
+  std::size_t max_pending_requests = 64;                // unanswered requests of one connection
+  Duration write_timeout{std::chrono::seconds(30)};     // a client's write queue full for this long: disconnect
+  std::size_t max_object_members = 65536;               // members of one JSON object in a message
+
+  // Processes.
+  bool end_orphans = true;  // end a worker's descendants that were reparented to the gateway
 
   bool operator==(const Gateway&) const = default;
 };
@@ -120,6 +137,7 @@ std::optional<Duration> parse_duration(std::string_view text);
 std::optional<std::uint64_t> parse_size(std::string_view text);
 std::string_view to_string(Isolation isolation);
 std::string_view to_string(PicklePolicy policy);
+std::string_view to_string(Arguments arguments);
 
 // The configuration reference in Markdown: the keys of each table, with type, default, allowed values and
 // what each does. README.md holds it between these marker lines (a unit test checks that it is up to date),

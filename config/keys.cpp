@@ -318,6 +318,10 @@ std::string_view home_of(std::string_view name) {
   return "";
 }
 
+void load_end_orphans(Reader& reader, const toml::node& node, const std::string& key, Gateway& gateway) {
+  if (auto b = reader.get_bool(node, key)) gateway.end_orphans = *b;
+}
+
 }  // namespace
 
 // ---- The tables ----
@@ -366,6 +370,25 @@ const std::vector<Key<Gateway>>& gateway_keys() {
        .range = "each network at most once",
        .doc = "The client addresses allowed to connect; a connection from any other is closed without being served.",
        .load = load_allow_from},
+      // Below 64 KiB a single ordinary keyword call could not wait: surely a value written without its unit.
+      size("max_pending_bytes", &Gateway::max_pending_bytes, {.zero_ok = false, .min = 64 * 1024},
+           "Most bytes of request text one connection may have waiting for a worker; a request beyond it is "
+           "answered with an error at once."),
+      integer("max_pending_requests", &Gateway::max_pending_requests, {.min = 1, .max = 65536},
+              "Most unanswered requests of one connection; a request beyond it is answered with an error at once."),
+      duration("write_timeout", &Gateway::write_timeout, {.nonzero = true},
+               "A client whose answers wait unread (its write queue full) for this long is disconnected, so that "
+               "it cannot hold a shared worker's output."),
+      integer("max_object_members", &Gateway::max_object_members, {.min = 16, .max = 16 * 1024 * 1024},
+              "Most members of one JSON object in a message; a message with a larger object is rejected."),
+      {.name = "end_orphans",
+       .type = "boolean",
+       .default_text = code("true"),
+       .range = "`true` or `false`",
+       .doc = "A worker's descendant that leaves its process group and outlives its parent is reparented to the "
+              "gateway (a child subreaper): `true` ends it (SIGTERM, then SIGKILL after `shutdown_grace`); "
+              "`false` leaves it running and only reaps it when it exits.",
+       .load = load_end_orphans},
   };
   return keys;
 }
@@ -441,6 +464,10 @@ const std::vector<Key<Library>>& library_keys() {
          .load = load_rlimits},
         choice("pickle", &Library::pickle, kPicklePolicies, "a pickle policy",
                "What passes of pickled Python values (`{\"__pickled__\": \"<hex>\"}`) to and from this library."),
+        choice("arguments", &Library::arguments, kArgumentModes, "an argument mode",
+               "Whether argument strings are escaped so that a worker which evaluates them as Robot Framework data "
+               "(the reference Python server does) receives them exactly as sent: `auto` escapes when the worker's "
+               "`robot/initialize` answer names the reference server, `escape` always, `as-is` never."),
     };
     for (auto& key : settings) {
       key.in_defaults = true;

@@ -141,6 +141,12 @@ std::optional<std::string> Reader::get_string(const toml::node& node, std::strin
   return std::nullopt;
 }
 
+std::optional<bool> Reader::get_bool(const toml::node& node, std::string_view key) {
+  if (auto* b = node.as_boolean()) return b->get();
+  wrong_type(node, key, "true or false");
+  return std::nullopt;
+}
+
 bool Reader::no_nul(const toml::node& node, std::string_view key, std::string_view value) {
   if (value.find('\0') == std::string_view::npos) return true;
   problem(node.source(), fmt::format("'{}' contains a NUL character (\\u0000); expected text without it", key));

@@ -38,6 +38,7 @@ class Reader {
   void wrong_type(const toml::node& node, std::string_view key, std::string_view expected);
   const toml::table* expect_table(const toml::node& node, std::string_view key, std::string_view example);
   std::optional<std::string> get_string(const toml::node& node, std::string_view key);
+  std::optional<bool> get_bool(const toml::node& node, std::string_view key);
   // Strings handed to execve end at a NUL; TOML allows "\u0000", so refuse it rather than truncate.
   bool no_nul(const toml::node& node, std::string_view key, std::string_view value);
 
