@@ -53,8 +53,9 @@ struct ResourceLimits {
 
 struct Library {
   std::string name;
-  // command[0] without a slash is looked up in PATH (then next to the gateway) at spawn time; with a
-  // slash it has been made absolute against the configuration file's directory.
+  // command[0] without a slash is looked up in PATH (then next to the gateway) by --check-config and again
+  // at each worker start, by the same function (workers::resolve_command); with a slash it has been made
+  // absolute against the configuration file's directory.
   std::vector<std::string> command;
   std::map<std::string, std::string> env;    // added to the worker's environment
   std::optional<std::string> cwd;              // absolute (relative ones resolved against the file's directory)

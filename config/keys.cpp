@@ -386,7 +386,8 @@ const std::vector<Key<Gateway>>& gateway_keys() {
        .default_text = code("true"),
        .range = "`true` or `false`",
        .doc = "A worker's descendant that leaves its process group and outlives its parent is reparented to the "
-              "gateway (a child subreaper): `true` ends it (SIGTERM, then SIGKILL after `shutdown_grace`); "
+              "gateway (a child subreaper): `true` ends it (SIGTERM, then SIGKILL after the longest `shutdown_grace` "
+              "of all libraries) and reaps it; "
               "`false` leaves it running and only reaps it when it exits.",
        .load = load_end_orphans},
   };

@@ -3,6 +3,7 @@
 #include "common/log.hpp"
 #include "config/config.hpp"
 #include "gateway/server.hpp"
+#include "workers/supervisor/spawn.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -10,8 +11,12 @@
 
 #include <fmt/format.h>
 
+#include <sys/prctl.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #ifndef RJG_VERSION
@@ -32,8 +37,18 @@ of its own. Logs go to stderr. SIGTERM or SIGINT: stop accepting, let requests i
 int check_config(const std::string& path) {
   try {
     auto config = rjg::config::load_file(path);
+    // Every command resolved as a worker start would resolve it (same function, same environment):
+    // a worker that cannot start is found now, not at the first import.
+    auto problems = rjg::workers::check_libraries(config);
+    if (!problems.empty()) {
+      for (const auto& problem : problems) std::fprintf(stderr, "%s\n", problem.c_str());
+      std::fprintf(stderr, "%s: %zu problem(s); these libraries' workers cannot start\n", path.c_str(),
+                   problems.size());
+      return 1;
+    }
     std::string names;
-    for (const auto& lib : config.libraries) names += (names.empty() ? "" : ", ") + lib.name;
+    for (const auto& lib : config.libraries)
+      names += (names.empty() ? "" : ", ") + lib.name + ": " + *rjg::workers::resolve_command(lib.command.at(0)).path;
     std::fprintf(stderr, "%s: OK: %zu libraries (%s)\n", path.c_str(), config.libraries.size(), names.c_str());
     return 0;
   } catch (const rjg::config::ConfigError& e) {
@@ -57,6 +72,13 @@ int run(const std::string& path) {
 
   // A client that vanishes mid-write must be an error code on that socket, not the end of the gateway.
   std::signal(SIGPIPE, SIG_IGN);
+
+  // No survivors: a worker's descendant that leaves the worker's process group and loses its parent is
+  // reparented to the gateway (not to init), so the reaper can end it (end_orphans) and reap it.
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+    rjg::log::warn("cannot become a child subreaper ({}): a worker's descendant that leaves its process group "
+                   "can outlive the worker",
+                   std::strerror(errno));
 
   boost::asio::io_context io(1);
   rjg::gateway::Server server(io, config, RJG_VERSION);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <optional>
 
 namespace rjg {
@@ -48,197 +49,335 @@ std::optional<std::string> check_content_type(std::string_view value) {
   return std::nullopt;
 }
 
+// ASCII lower case only: a locale must not change what a header name is.
+char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + ('a' - 'A')) : c; }
+
+// Whether "content-length" occurs in text (any case), counting the looks.
+bool contains_content_length(std::string_view text, std::uint64_t& examined) {
+  for (std::size_t i = 0; i + kContentLength.size() <= text.size(); ++i) {
+    ++examined;
+    if (lower(text[i]) != 'c') continue;
+    std::size_t k = 1;
+    while (k < kContentLength.size() && lower(text[i + k]) == kContentLength[k]) ++k;
+    examined += k - 1;
+    if (k == kContentLength.size()) return true;
+  }
+  return false;
+}
+
+bool is_json_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+// The parts of a candidate's first line after "Content-Length", in order.
+enum FirstLineStep { kColon, kSpaceBefore, kDigits, kSpaceAfter, kLineFeed };
+
 }  // namespace
 
 void FrameReader::feed(std::string_view bytes) {
   if (start_ > 0 && (start_ >= buffer_.size() / 2 || buffer_.size() > (1u << 20))) {
     buffer_.erase(0, start_);
+    // Every position is an index into buffer_: move them with it (stale ones of other phases go to 0).
+    for (std::size_t* at : {&cursor_, &line_, &body_}) *at = *at >= start_ ? *at - start_ : 0;
     start_ = 0;
   }
   buffer_.append(bytes);
 }
 
-FrameReader::Result FrameReader::fail(std::string message) {
+FrameReader::Result FrameReader::fail(std::string message, std::string skipped) {
+  if (!failed_) error_ = message;
   failed_ = true;
   Result r;
   r.kind = Result::Kind::error;
   r.error = std::move(message);
+  r.skipped = std::move(skipped);
   return r;
 }
 
-std::string FrameReader::skip_to_header() {
-  std::string_view view(buffer_);
-  view.remove_prefix(start_);
-  // A header starts with a header name; look for the next "Content-Length" and drop what precedes it.
-  std::size_t found = std::string_view::npos;
-  for (std::size_t i = 0; i + kContentLength.size() <= view.size(); ++i) {
-    if ((view[i] == 'C' || view[i] == 'c') && iequals(view.substr(i, kContentLength.size()), kContentLength)) {
-      found = i;
-      break;
-    }
+bool FrameReader::drop(std::size_t to, std::string& skipped) {
+  std::size_t n = to - start_;
+  if (n == 0) return true;
+  // Never more than one byte past the limit, however the input was split: the count in the error is
+  // the same for every split, and what is logged as skipped is bounded too.
+  bool over = stray_ + n > limits_.max_stray_bytes;
+  if (over) n = limits_.max_stray_bytes + 1 - stray_;
+  std::string_view dropped(buffer_.data() + start_, n);
+  skipped.append(dropped);
+  if (stray_sample_.size() < 80) stray_sample_.append(dropped.substr(0, 80 - stray_sample_.size()));
+  stray_ += n;
+  start_ += n;
+  at_boundary_ = false;
+  return !over;
+}
+
+bool FrameReader::header_fault(std::string message, std::string& skipped, Result& out) {
+  if (mode_ == Mode::strict) {
+    out = fail(std::move(message));
+    return true;
   }
-  std::size_t drop;
-  if (found != std::string_view::npos) {
-    drop = found;
-  } else {
-    // Keep only the longest tail that could be the start of "Content-Length" split across reads;
-    // drop everything before it (all of it when no tail qualifies).
-    drop = view.size();
-    for (std::size_t k = view.size() > kContentLength.size() ? view.size() - kContentLength.size() : 0;
-         k < view.size(); ++k) {
-      if (iequals(view.substr(k), kContentLength.substr(0, view.size() - k))) {
-        drop = k;
-        break;
-      }
-    }
+  // The lines before the bad one are given up; the bad line itself may hold the real header (a second
+  // "Content-Length" line, or one glued to the end of a stray line).
+  phase_ = Phase::scan;
+  cursor_ = line_;
+  at_boundary_ = false;
+  if (!drop(line_, skipped)) {
+    out = stray_error(std::move(skipped));
+    return true;
   }
-  std::string skipped(view.substr(0, drop));
-  start_ += drop;
-  return skipped;
+  return false;
+}
+
+FrameReader::Result FrameReader::stray_error(std::string skipped) {
+  return fail(fmt::format("more than {} bytes of stray output since the last frame (not protocol frames); they "
+                          "began with '{}'",
+                          limits_.max_stray_bytes, printable(stray_sample_)),
+              std::move(skipped));
+}
+
+void FrameReader::restart_after_frame() {
+  stray_ = 0;
+  stray_sample_.clear();
+  at_boundary_ = true;
+  have_length_ = false;
+  if (start_ == buffer_.size()) {
+    buffer_.clear();
+    start_ = 0;
+  }
+  cursor_ = line_ = body_ = start_;
+  phase_ = mode_ == Mode::lenient ? Phase::scan : Phase::headers;
 }
 
 FrameReader::Result FrameReader::next() {
-  if (failed_) return fail("stream already failed");
+  if (failed_) return fail(error_.empty() ? "stream already failed" : error_);
   std::string skipped;
+  auto need_more = [&] {
+    Result r;
+    r.skipped = std::move(skipped);
+    return r;
+  };
+  auto too_much_stray = [&] { return stray_error(std::move(skipped)); };
+  const char* const data = buffer_.data();
 
   for (;;) {
-    std::string_view view(buffer_);
-    view.remove_prefix(start_);
-    if (view.empty()) {
-      Result r;
-      r.skipped = std::move(skipped);
-      return r;
-    }
-
-    if (mode_ == Mode::lenient) {
-      // Anything that does not begin like a header is noise (a stray print on the worker's stdout).
-      bool header_like = false;
-      auto probe = view.substr(0, std::min(view.size(), kContentLength.size()));
-      header_like = iequals(probe, kContentLength.substr(0, probe.size())) ||
-                    iequals(probe.substr(0, std::min(probe.size(), kContentType.size())),
-                            kContentType.substr(0, std::min(probe.size(), kContentType.size())));
-      if (!header_like) {
-        auto dropped = skip_to_header();
-        // Nothing droppable: the rest may still become a header once more bytes arrive.
-        if (dropped.empty()) {
-          Result r;
-          r.skipped = std::move(skipped);
-          return r;
+    const std::size_t end = buffer_.size();
+    switch (phase_) {
+      case Phase::scan: {
+        if (cursor_ < start_) cursor_ = start_;
+        if (at_boundary_) {
+          // Right after a frame a header may begin with Content-Type, as the protocol allows.
+          std::size_t n = std::min(end - start_, kContentType.size()), i = 0;
+          while (i < n && lower(data[start_ + i]) == kContentType[i]) ++i;
+          examined_ += std::min(i + 1, n);
+          if (i == kContentType.size()) {
+            at_boundary_ = false;
+            have_length_ = false;
+            line_ = cursor_ = start_;
+            phase_ = Phase::headers;
+            continue;
+          }
+          if (i == n) return need_more();  // could still become "Content-Type"
+          at_boundary_ = false;
         }
-        skipped += dropped;
+        // The next "content-length". Its one 'c' is its first letter, so matched runs never overlap:
+        // at most two looks per byte.
+        std::size_t i = cursor_;
+        bool found = false;
+        for (; i < end; ++i) {
+          ++examined_;
+          if (lower(data[i]) != 'c') continue;
+          std::size_t k = 1;
+          while (k < kContentLength.size() && i + k < end && lower(data[i + k]) == kContentLength[k]) ++k;
+          examined_ += k - 1;
+          if (k == kContentLength.size()) {
+            found = true;
+            break;
+          }
+          if (i + k == end) break;  // a prefix at the end of what is there: it may still become one
+        }
+        if (!drop(i, skipped)) return too_much_stray();
+        cursor_ = i;
+        if (!found) return need_more();
+        phase_ = Phase::first_line;
+        cursor_ = i + kContentLength.size();
+        step_ = kColon;
+        digits_ = 0;
+        length_ = 0;
         continue;
       }
-    }
 
-    auto end = view.find("\r\n\r\n");
-    if (end == std::string_view::npos) {
-      if (view.size() > limits_.max_header_bytes) {
-        if (mode_ == Mode::lenient) {
-          skipped += std::string(view.substr(0, 1));
-          ++start_;
-          skipped += skip_to_header();
+      case Phase::first_line: {
+        // ":" [ \t]* 1-10 digits (at most max_message_bytes) [ \t]* "\r\n", checked as bytes arrive.
+        bool dead = false, done = false;
+        for (; cursor_ < end && !dead && !done; ++cursor_) {
+          ++examined_;
+          const char c = data[cursor_];
+          if (cursor_ + 1 - start_ > limits_.max_header_bytes) {
+            dead = true;
+            break;
+          }
+          switch (step_) {
+            case kColon:
+              if (c == ':') step_ = kSpaceBefore;
+              else dead = true;
+              break;
+            case kSpaceBefore:
+            case kDigits:
+              if (c >= '0' && c <= '9') {
+                step_ = kDigits;
+                length_ = length_ * 10 + static_cast<std::size_t>(c - '0');
+                if (++digits_ > 10 || length_ > limits_.max_message_bytes) dead = true;
+              } else if (c == ' ' || c == '\t') {
+                if (step_ == kDigits) step_ = kSpaceAfter;
+              } else if (c == '\r' && step_ == kDigits) {
+                step_ = kLineFeed;
+              } else {
+                dead = true;
+              }
+              break;
+            case kSpaceAfter:
+              if (c == '\r') step_ = kLineFeed;
+              else if (c != ' ' && c != '\t') dead = true;
+              break;
+            case kLineFeed:
+              if (c == '\n') done = true;
+              else dead = true;
+              break;
+          }
+          if (dead) break;  // the search goes on at this byte: it may start the next header
+        }
+        if (dead) {
+          phase_ = Phase::scan;
           continue;
         }
-        return fail(fmt::format("header block longer than {} bytes without an empty line", limits_.max_header_bytes));
-      }
-      // A bare LF inside what should be a header is a framing fault we can report early.
-      // Every LF so far must close a CRLF, on any header line: else the frame would never complete.
-      if (mode_ == Mode::strict) {
-        for (auto lf = view.find('\n'); lf != std::string_view::npos; lf = view.find('\n', lf + 1)) {
-          if (lf == 0 || view[lf - 1] != '\r')
-            return fail(fmt::format("header line ends with a bare LF: '{}'", printable(view.substr(0, lf + 1))));
-        }
-      }
-      Result r;
-      r.skipped = std::move(skipped);
-      return r;
-    }
-    if (end + 4 > limits_.max_header_bytes) {
-      if (mode_ == Mode::lenient) {
-        skipped += view[0];
-        ++start_;
-        skipped += skip_to_header();
+        if (!done) return need_more();
+        have_length_ = true;
+        line_ = cursor_;
+        phase_ = Phase::headers;
         continue;
       }
-      return fail(fmt::format("header block longer than {} bytes", limits_.max_header_bytes));
-    }
 
-    // Parse the header lines.
-    std::string_view headers = view.substr(0, end);
-    std::optional<std::size_t> length;
-    std::string problem;
-    std::size_t pos = 0;
-    while (problem.empty() && pos <= headers.size()) {
-      auto eol = headers.find("\r\n", pos);
-      auto line = headers.substr(pos, eol == std::string_view::npos ? std::string_view::npos : eol - pos);
-      pos = eol == std::string_view::npos ? headers.size() + 1 : eol + 2;
-      if (line.find('\n') != std::string_view::npos || line.find('\r') != std::string_view::npos) {
-        problem = fmt::format("header line ends with a bare LF or CR: '{}'", printable(line));
-        break;
-      }
-      auto colon = line.find(':');
-      if (colon == std::string_view::npos || colon == 0) {
-        problem = fmt::format("malformed header line '{}'", printable(line));
-        break;
-      }
-      auto name = line.substr(0, colon);
-      auto value = trim(line.substr(colon + 1));
-      if (iequals(name, kContentLength)) {
-        if (length) {
-          problem = "Content-Length appears more than once";
-          break;
+      case Phase::headers: {
+        if (cursor_ < line_) cursor_ = line_;
+        const void* found = cursor_ < end ? std::memchr(data + cursor_, '\n', end - cursor_) : nullptr;
+        if (!found) {
+          examined_ += end - cursor_;
+          cursor_ = end;
+          if (end - start_ > limits_.max_header_bytes) {
+            Result out;
+            if (header_fault(fmt::format("header block longer than {} bytes without an empty line",
+                                         limits_.max_header_bytes),
+                             skipped, out))
+              return out;
+            continue;
+          }
+          return need_more();
         }
-        if (value.empty() || value.size() > 10 ||
-            !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-          problem = fmt::format("Content-Length '{}' is not 1 to 10 decimal digits", printable(value));
-          break;
+        const std::size_t lf = static_cast<std::size_t>(static_cast<const char*>(found) - data);
+        examined_ += lf + 1 - cursor_;
+        cursor_ = lf + 1;
+        std::string_view line(data + line_, lf - line_);
+        examined_ += 2 * line.size();  // the CR search and the colon search below
+        // What is wrong, if anything. Lenient mode drops the message, so it is only worded when strict:
+        // stray output can hold a bad header line every 20 bytes.
+        const bool strict = mode_ == Mode::strict;
+        std::string problem;
+        auto bad = [&](auto&& describe) { problem = strict ? describe() : std::string("-"); };
+        if (lf + 1 - start_ > limits_.max_header_bytes) {
+          bad([&] { return fmt::format("header block longer than {} bytes", limits_.max_header_bytes); });
+        } else if (line.empty() || line.back() != '\r') {
+          bad([&] {
+            return fmt::format("header line ends with a bare LF: '{}'",
+                               printable(std::string_view(data + start_, lf + 1 - start_)));
+          });
+        } else if (line.remove_suffix(1); line.find('\r') != std::string_view::npos) {
+          bad([&] { return fmt::format("header line ends with a bare LF or CR: '{}'", printable(line)); });
+        } else if (line.empty()) {
+          if (!have_length_) {
+            bad([] { return std::string("the header block has no Content-Length"); });
+          } else {
+            body_ = cursor_;
+            phase_ = strict ? Phase::body : Phase::body_check;
+            continue;
+          }
+        } else if (auto colon = line.find(':'); colon == std::string_view::npos || colon == 0) {
+          bad([&] { return fmt::format("malformed header line '{}'", printable(line)); });
+        } else {
+          auto name = line.substr(0, colon);
+          auto value = trim(line.substr(colon + 1));
+          if (iequals(name, kContentLength)) {
+            if (have_length_) {
+              bad([] { return std::string("Content-Length appears more than once"); });
+            } else if (value.empty() || value.size() > 10 ||
+                       !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+              bad([&] { return fmt::format("Content-Length '{}' is not 1 to 10 decimal digits", printable(value)); });
+            } else {
+              std::size_t n = 0;
+              for (char c : value) n = n * 10 + static_cast<std::size_t>(c - '0');
+              if (n > limits_.max_message_bytes) {
+                bad([&] {
+                  return fmt::format("Content-Length {} exceeds the limit of {} bytes", n, limits_.max_message_bytes);
+                });
+              } else {
+                length_ = n;
+                have_length_ = true;
+              }
+            }
+          } else if (!strict && contains_content_length(line, examined_)) {
+            // Lenient: a line that merely looks like a header ("x: ...") with "Content-Length" inside is a
+            // stray line with the real header glued to its end; searching on at this line finds it.
+            problem = "-";
+          } else if (iequals(name, kContentType)) {
+            if (auto err = check_content_type(value)) problem = *err;
+          }
+          // Other headers are ignored, as the protocol says.
         }
-        std::size_t n = 0;
-        for (char c : value) n = n * 10 + static_cast<std::size_t>(c - '0');
-        if (n > limits_.max_message_bytes) {
-          problem = fmt::format("Content-Length {} exceeds the limit of {} bytes", n, limits_.max_message_bytes);
-          break;
+        if (!problem.empty()) {
+          Result out;
+          if (header_fault(std::move(problem), skipped, out)) return out;
+          continue;
         }
-        length = n;
-      } else if (iequals(name, kContentType)) {
-        if (auto err = check_content_type(value)) {
-          problem = *err;
-          break;
-        }
-      }
-      // Other headers are ignored, as the protocol says.
-    }
-    if (problem.empty() && !length) problem = "the header block has no Content-Length";
-    if (!problem.empty()) {
-      if (mode_ == Mode::lenient) {
-        // Resynchronize at the next "Content-Length" after this one: the bad block may be a printed
-        // line that merely contains the header name, glued to a real header.
-        skipped += view[0];
-        ++start_;
-        skipped += skip_to_header();
+        line_ = cursor_;
         continue;
       }
-      return fail(std::move(problem));
-    }
 
-    std::size_t total = end + 4 + *length;
-    if (view.size() < total) {
-      Result r;
-      r.skipped = std::move(skipped);
-      // Reserve once for a large body instead of growing step by step.
-      if (buffer_.capacity() < start_ + total) buffer_.reserve(start_ + total);
-      return r;
+      case Phase::body_check: {
+        const std::size_t body_end = body_ + length_;
+        if (cursor_ < body_) cursor_ = body_;
+        bool json_like = false, decided = false;
+        for (; cursor_ < std::min(end, body_end); ++cursor_) {
+          ++examined_;
+          if (is_json_space(data[cursor_])) continue;
+          json_like = data[cursor_] == '{' || data[cursor_] == '[';
+          decided = true;
+          break;
+        }
+        if (!decided && cursor_ == body_end) decided = true;  // empty, or only whitespace
+        if (!decided) return need_more();
+        if (json_like) {
+          phase_ = Phase::body;
+          continue;
+        }
+        // Not a message: the header was stray output. Its body may hold the real header.
+        if (!drop(body_, skipped)) return too_much_stray();
+        phase_ = Phase::scan;
+        cursor_ = body_;
+        continue;
+      }
+
+      case Phase::body: {
+        const std::size_t total = body_ + length_;
+        if (end < total) {
+          // Reserve once for a large body instead of growing step by step.
+          if (buffer_.capacity() < total) buffer_.reserve(total);
+          return need_more();
+        }
+        Result r;
+        r.kind = Result::Kind::frame;
+        r.body.assign(data + body_, length_);
+        r.skipped = std::move(skipped);
+        start_ = total;
+        restart_after_frame();
+        return r;
+      }
     }
-    Result r;
-    r.kind = Result::Kind::frame;
-    r.body.assign(view.substr(end + 4, *length));
-    r.skipped = std::move(skipped);
-    start_ += total;
-    if (start_ == buffer_.size()) {
-      buffer_.clear();
-      start_ = 0;
-    }
-    return r;
   }
 }
 

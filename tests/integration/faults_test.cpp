@@ -9,6 +9,14 @@
 namespace rjg::test {
 namespace {
 
+// A library with just a name and a command.
+LibrarySpec command_library(std::string name, std::vector<std::string> command) {
+  LibrarySpec spec;
+  spec.name = std::move(name);
+  spec.command = std::move(command);
+  return spec;
+}
+
 bool contains(std::string_view haystack, std::string_view needle) {
   return haystack.find(needle) != std::string_view::npos;
 }
@@ -236,6 +244,115 @@ TEST_F(DisconnectTest, SessionClosedAfterShutdownWithoutExit) {
   RJG_ASSERT_OK(c.shutdown());
   c.close();
   EXPECT_TRUE(wait_pid_gone(pid, 20s));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Stray output on a worker's stdout
+
+using StrayOutputTest = GatewayTest;
+
+// The sum of the "skipped N bytes on stdout" log lines of one worker.
+std::size_t skipped_bytes_logged(const std::string& log, const std::string& library, pid_t pid) {
+  const std::regex line(fmt::format(R"(worker {}\[{}\]: skipped (\d+) bytes on stdout)", library, pid));
+  std::size_t total = 0;
+  for (std::sregex_iterator it(log.begin(), log.end(), line), end; it != end; ++it) total += std::stoul((*it)[1].str());
+  return total;
+}
+
+// 8 MiB of header-like garbage lines: the worker is ended once 1 MiB (the bound, max_stray_bytes)
+// has been dropped since its last frame, and the keyword fails with a message naming library, pid,
+// the count and a sample. The count in the log is exactly one byte past the bound.
+TEST_F(StrayOutputTest, EightMiBOfGarbageLinesEndTheWorkerAfterABoundedCount) {
+  start();
+  auto [c, token] = session();
+  const pid_t pid = remember_pid(worker_pid(c, token));
+  constexpr std::size_t kGarbage = 8u << 20;
+  constexpr std::size_t kBound = 1u << 20;
+  auto reply = c.run_keyword(token, "Write Garbage Lines", json::array{"Content-Length: 1\r\n", kGarbage});
+  RJG_ASSERT_ERROR(reply, protocol::kWorkerFailed);
+  const std::string msg = reply.error_message();
+  EXPECT_TRUE(contains(msg, "TestLibrary")) << msg;
+  EXPECT_TRUE(contains(msg, fmt::format("pid {}", pid))) << msg;
+  EXPECT_TRUE(contains(msg, fmt::format("more than {} bytes of stray output", kBound))) << msg;
+  EXPECT_TRUE(contains(msg, "began with 'Content-Length: 1\\r\\n")) << msg;
+  EXPECT_TRUE(wait_pid_gone(pid, 20s)) << "the worker writing garbage was not ended";
+
+  const std::string log = gateway().log();
+  EXPECT_EQ(skipped_bytes_logged(log, "TestLibrary", pid), kBound + 1) << gateway().log_tail(40);
+  // Ended while writing, long before the 8 MiB were out.
+  EXPECT_FALSE(contains(log, "garbage written:")) << "the worker wrote all its garbage before it was ended";
+
+  // The session goes on with a new worker.
+  auto fresh = c.import_library("TestLibrary");
+  RJG_ASSERT_OK(fresh);
+  std::string token2(fresh.result->as_object().at("token").as_string());
+  auto echo = c.run_keyword(token2, "Echo", json::array{"after"});
+  RJG_ASSERT_KEYWORD_OK(echo);
+  remember_pid(worker_pid(c, token2));
+}
+
+// Stray output up to the bound between two frames is skipped again and again: the count starts over
+// at every frame, so a worker that prints is never ended for it.
+TEST_F(StrayOutputTest, StrayOutputBelowTheBoundBetweenFramesIsSkippedForEver) {
+  start();
+  auto [c, token] = session();
+  const pid_t pid = remember_pid(worker_pid(c, token));
+  for (int i = 0; i < 3; ++i) {
+    auto reply = c.run_keyword(token, "Write Garbage Lines", json::array{"hello world\n", 1000000});
+    RJG_ASSERT_KEYWORD_OK(reply);
+    EXPECT_EQ(keyword_value(reply), json::value("ok"));
+  }
+  EXPECT_EQ(worker_pid(c, token), pid);
+  EXPECT_TRUE(eventually([&] { return skipped_bytes_logged(gateway().log(), "TestLibrary", pid) == 3000000; }, 10s))
+      << skipped_bytes_logged(gateway().log(), "TestLibrary", pid);
+}
+
+// A stray partial line (or a stray header) written just before the real answer does not swallow it.
+TEST_F(StrayOutputTest, RealAnswerAfterAPartialStrayLineIsDelivered) {
+  start();
+  auto [c, token] = session();
+  const pid_t pid = remember_pid(worker_pid(c, token));
+  for (std::string_view stray : {"Content-Len", "hello", "Content-Length: 1", "Content-Length: 1\r\n",
+                                 "Content-Length: 12\r\n\r\n", "Content-Length: 60000000\r\n\r\n",
+                                 "Content-Length: 1\r\nnote: "}) {
+    auto reply = c.run_keyword(token, "Write Garbage", json::array{stray});
+    RJG_ASSERT_KEYWORD_OK(reply);
+    EXPECT_EQ(keyword_value(reply), json::value("ok")) << describe(reply);
+    auto echo = c.run_keyword(token, "Echo", json::array{"next"});
+    RJG_ASSERT_KEYWORD_OK(echo);
+    EXPECT_EQ(keyword_value(echo), json::value("next"));
+  }
+  EXPECT_EQ(worker_pid(c, token), pid) << "the worker was replaced";
+}
+
+// ------------------------------------------------------------------------------------------------
+// A command that cannot start says exactly why, at the import that needed it
+
+TEST_F(StartFailureTest, CommandThatCannotRunIsReportedPrecisely) {
+  TempDir dir("rjg-commands");
+  const fs::path directory = dir.path() / "a-directory";
+  fs::create_directory(directory);
+  const fs::path not_executable = dir.path() / "not-executable";
+  write_file(not_executable, "#!/bin/sh\nexit 0\n");
+  fs::permissions(not_executable, fs::perms(0644));
+  LibrarySpec as_directory = command_library("Directory", {directory.string()});
+  LibrarySpec as_plain_file = command_library("PlainFile", {not_executable.string()});
+  LibrarySpec not_in_path = command_library("NotInPath", {"robot-no-such-worker-anywhere"});
+  start({test_library("TestLibrary"), as_directory, as_plain_file, not_in_path});
+  RpcClient c = connect();
+  c.initialize();
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
+      {"Directory", {fmt::format("'{}' is a directory", directory.string())}},
+      {"PlainFile", {fmt::format("'{}' is not executable (mode 0644)", not_executable.string())}},
+      {"NotInPath", {"'robot-no-such-worker-anywhere' not found in PATH (", "nor next to the gateway ("}},
+  };
+  for (const auto& [library, expected] : cases) {
+    auto reply = c.import_library(library);
+    RJG_ASSERT_ERROR(reply, protocol::kWorkerFailed);
+    for (const auto& part : expected) EXPECT_TRUE(contains(reply.error_message(), part)) << reply.error_message();
+    EXPECT_FALSE(contains(reply.error_message(), "No such file or directory")) << reply.error_message();
+  }
+  RJG_EXPECT_OK(c.import_library("TestLibrary"));
 }
 
 }  // namespace

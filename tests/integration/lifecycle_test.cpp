@@ -9,6 +9,14 @@
 namespace rjg::test {
 namespace {
 
+// A library with just a name and a command.
+LibrarySpec command_library(std::string name, std::vector<std::string> command) {
+  LibrarySpec spec;
+  spec.name = std::move(name);
+  spec.command = std::move(command);
+  return spec;
+}
+
 bool contains(std::string_view haystack, std::string_view needle) {
   return haystack.find(needle) != std::string_view::npos;
 }
@@ -160,6 +168,172 @@ TEST_F(CheckConfigTest, GatewayRefusesToStartWithABrokenFile) {
   EXPECT_FALSE(r.timed_out) << "the gateway started with a broken configuration";
   EXPECT_FALSE(r.exited_with(0)) << r.describe();
   EXPECT_TRUE(contains(r.out + r.err, "refused.toml")) << r.describe();
+}
+
+// ------------------------------------------------------------------------------------------------
+// No survivors: a worker's descendant that calls setsid and loses its parent
+
+class OrphanTest : public GatewayTest {
+ protected:
+  // Runs 'Spawn Detached Grandchild' on a fresh session; returns the client, token, worker pid and the
+  // grandchild's pid (remembered, so the fixture kills it if a test fails).
+  struct Spawned {
+    RpcClient client;
+    std::string token;
+    pid_t worker = 0;
+    pid_t grandchild = 0;
+  };
+  Spawned spawn_grandchild(bool ignore_sigterm = false) {
+    auto [c, token] = session();
+    const pid_t worker = remember_pid(worker_pid(c, token));
+    const fs::path pid_file = gateway().dir() / fmt::format("grandchild-{}.pid", worker);
+    auto reply = c.run_keyword(token, "Spawn Detached Grandchild", json::array{pid_file.string(), ignore_sigterm});
+    EXPECT_TRUE(reply.ok() && reply.keyword_error() == nullptr) << describe(reply);
+    const pid_t grandchild = reply.ok() && keyword_value(reply).is_int64()
+                                 ? static_cast<pid_t>(keyword_value(reply).as_int64())
+                                 : 0;
+    if (grandchild > 0) remember_pid(grandchild);
+    return {std::move(c), std::move(token), worker, grandchild};
+  }
+
+  // The grandchild left the worker's group and its parent is gone: it is the gateway's child now.
+  void expect_reparented_to_the_gateway(const Spawned& s) {
+    auto info = proc_info(s.grandchild);
+    ASSERT_TRUE(info) << "grandchild " << s.grandchild << " not found";
+    EXPECT_EQ(info->ppid, gateway().pid()) << "the grandchild was not reparented to the gateway (subreaper)";
+    EXPECT_NE(info->pgid, s.worker) << "the grandchild is still in the worker's process group";
+    EXPECT_EQ(info->pgid, s.grandchild) << "the grandchild does not lead a session of its own";
+  }
+};
+
+// end_orphans = true (the default): when its worker ends, the grandchild is ended and reaped, with log
+// lines naming its pid and command.
+TEST_F(OrphanTest, GrandchildThatCalledSetsidIsGoneWhenItsWorkerEnds) {
+  start({test_library("TestLibrary")});
+  auto s = spawn_grandchild();
+  ASSERT_GT(s.grandchild, 0);
+  expect_reparented_to_the_gateway(s);
+  s.client.close();  // the session ends: its worker is stopped
+  EXPECT_TRUE(wait_pid_gone(s.worker, 20s)) << "worker " << s.worker << " outlived its session";
+  EXPECT_TRUE(wait_pid_gone(s.grandchild, 20s)) << "grandchild " << s.grandchild << " outlived its worker ("
+                                                << proc_cmdline(s.grandchild) << ")";
+  const std::string log = gateway().log();
+  const std::string who = fmt::format("orphan pid {} ({}", s.grandchild, test_worker_binary());
+  EXPECT_TRUE(contains(log, who + " --name TestLibrary")) << "no log line naming the orphan's pid and command";
+  EXPECT_TRUE(contains(log, "ending it: SIGTERM now")) << log;
+  EXPECT_TRUE(contains(log, fmt::format("orphan pid {} (", s.grandchild)) && contains(log, "reaped; it ended with signal 15"))
+      << log;
+}
+
+// One that ignores SIGTERM gets SIGKILL after the grace (the longest shutdown_grace of all libraries).
+TEST_F(OrphanTest, GrandchildIgnoringSigtermIsKilledAfterTheGrace) {
+  auto lib = test_library("TestLibrary");
+  lib.shutdown_grace = "1s";
+  start({lib});
+  auto s = spawn_grandchild(true);
+  ASSERT_GT(s.grandchild, 0);
+  s.client.close();
+  EXPECT_TRUE(wait_pid_gone(s.grandchild, 30s)) << "grandchild " << s.grandchild << " ignoring SIGTERM survived";
+  const std::string log = gateway().log();
+  EXPECT_TRUE(contains(log, fmt::format("orphan pid {} (", s.grandchild))) << log;
+  EXPECT_TRUE(contains(log, "still running 1s after SIGTERM; sending SIGKILL")) << log;
+  EXPECT_TRUE(contains(log, "reaped; it ended with signal 9")) << log;
+}
+
+// A SIGTERM to the gateway ends what the workers left behind before it exits.
+TEST_F(OrphanTest, GatewayStopEndsOrphansBeforeExiting) {
+  start({test_library("TestLibrary")});
+  auto s = spawn_grandchild();
+  ASSERT_GT(s.grandchild, 0);
+  auto status = gateway().stop(60s);
+  ASSERT_TRUE(status.has_value()) << "the gateway did not exit after SIGTERM";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << describe_status(*status);
+  // The gateway reaped it before exiting: not even a zombie is left (its parent would be this test).
+  EXPECT_TRUE(pid_gone(s.grandchild)) << "grandchild " << s.grandchild << " outlived the gateway";
+}
+
+// end_orphans = false: the grandchild keeps running after its worker ends, and is reaped (no zombie)
+// when it exits.
+TEST_F(OrphanTest, WithEndOrphansFalseTheGrandchildRunsOnAndIsReapedWhenItExits) {
+  GatewayOptions options;
+  options.extra_gateway_toml = "end_orphans = false\n";
+  start({test_library("TestLibrary")}, options);
+  auto s = spawn_grandchild();
+  ASSERT_GT(s.grandchild, 0);
+  expect_reparented_to_the_gateway(s);
+  s.client.close();
+  EXPECT_TRUE(wait_pid_gone(s.worker, 20s)) << "worker " << s.worker << " outlived its session";
+  const std::string left_running = fmt::format("orphan pid {} (", s.grandchild);
+  ASSERT_TRUE(eventually([&] { return contains(gateway().log(), "left running (end_orphans = false)"); }, 20s))
+      << gateway().log_tail(60);
+  EXPECT_TRUE(contains(gateway().log(), left_running)) << gateway().log_tail(60);
+  auto info = proc_info(s.grandchild);
+  ASSERT_TRUE(info) << "the grandchild was ended although end_orphans = false";
+  EXPECT_NE(info->state, 'Z');
+  EXPECT_EQ(info->ppid, gateway().pid());
+
+  ASSERT_EQ(::kill(s.grandchild, SIGTERM), 0);
+  EXPECT_TRUE(wait_pid_gone(s.grandchild, 20s)) << "the gateway did not reap the orphan when it exited (state "
+                                                << (proc_info(s.grandchild) ? proc_info(s.grandchild)->state : '-')
+                                                << ")";
+  EXPECT_TRUE(eventually([&] { return contains(gateway().log(), "reaped; it ended with signal 15"); }, 10s));
+  // The gateway goes on serving.
+  auto [c2, t2] = session();
+  RJG_EXPECT_OK(c2.run_keyword(t2, "Echo", json::array{1}));
+}
+
+// ------------------------------------------------------------------------------------------------
+// --check-config resolves every command as a worker start would
+
+TEST_F(CheckConfigTest, CommandsAreResolvedAndProblemsNamedPrecisely) {
+  const fs::path directory = dir_.path() / "a-directory";
+  fs::create_directory(directory);
+  const fs::path not_executable = dir_.path() / "not-executable";
+  write_file(not_executable, "#!/bin/sh\nexit 0\n");
+  fs::permissions(not_executable, fs::perms(0644));
+  LibrarySpec as_directory = command_library("Directory", {directory.string()});
+  LibrarySpec as_plain_file = command_library("PlainFile", {not_executable.string()});
+  LibrarySpec missing = command_library("Missing", {(dir_.path() / "missing").string()});
+  LibrarySpec not_in_path = command_library("NotInPath", {"robot-no-such-worker-anywhere"});
+  auto file = dir_.path() / "commands.toml";
+  write_file(file, make_config(free_port(), {test_library("TestLibrary"), as_directory, as_plain_file, missing, not_in_path}, {}));
+  auto r = check(file);
+  EXPECT_TRUE(r.exited_with(1)) << r.describe();
+  const std::string out = r.out + r.err;
+  EXPECT_TRUE(std::regex_search(out, std::regex("commands\\.toml:\\d+: library 'Directory': command '" +
+                                                directory.string() + "' is a directory")))
+      << r.describe();
+  EXPECT_TRUE(contains(out, "library 'PlainFile': command '" + not_executable.string() +
+                                "' is not executable (mode 0644)"))
+      << r.describe();
+  EXPECT_TRUE(contains(out, "library 'Missing': command '" + (dir_.path() / "missing").string() + "' does not exist"))
+      << r.describe();
+  const char* path = std::getenv("PATH");
+  EXPECT_TRUE(contains(out, fmt::format("library 'NotInPath': command 'robot-no-such-worker-anywhere' not found in "
+                                        "PATH ({}) nor next to the gateway (",
+                                        path ? path : "not set")))
+      << r.describe();
+  EXPECT_FALSE(contains(out, "library 'TestLibrary'")) << r.describe();
+  EXPECT_TRUE(contains(out, "4 problem(s)")) << r.describe();
+}
+
+// A bare name is found in PATH, as a worker start would find it, and the OK line says where.
+TEST_F(CheckConfigTest, BareNameIsFoundInPath) {
+  const fs::path bin = dir_.path() / "bin";
+  fs::create_directory(bin);
+  fs::copy_file(test_worker_binary(), bin / "robot-h4-path-worker");
+  LibrarySpec lib = command_library("FromPath", {"robot-h4-path-worker"});
+  auto file = dir_.path() / "path.toml";
+  write_file(file, make_config(free_port(), {lib}, {}));
+  const std::string path = bin.string() + ":" + (std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin");
+  auto r = run_process({"/usr/bin/env", "PATH=" + path, gateway_binary(), "--check-config", file.string()},
+                       dir_.path(), 30s);
+  EXPECT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_TRUE(contains(r.err, "FromPath: " + (bin / "robot-h4-path-worker").string())) << r.describe();
+  // Without that directory in PATH the same file is refused.
+  auto refused = check(file);
+  EXPECT_TRUE(refused.exited_with(1)) << refused.describe();
+  EXPECT_TRUE(contains(refused.err, "'robot-h4-path-worker' not found in PATH")) << refused.describe();
 }
 
 }  // namespace

@@ -40,6 +40,17 @@ std::vector<std::string> load_bodies(const std::filesystem::path& file) {
   return bodies;
 }
 
+// Control characters spelled out, for failure messages.
+std::string printable_for_test(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\r') out += "\\r";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return "'" + out + "'";
+}
+
 // How the real peers framed each body: the header counts bytes, the body is sent as is.
 std::string frame(std::string_view body) { return "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + std::string(body); }
 
@@ -374,6 +385,172 @@ TEST(LenientFrameReader, PrintedHeaderNameDoesNotEatNextFrame) {
   EXPECT_EQ(out.error, "");
   EXPECT_EQ(out.bodies, std::vector<std::string>{"{}"});
   EXPECT_EQ(out.skipped, "Content-Length is unknown\n");
+}
+
+// ------------------------------------------------------------------------------------------------
+// Lenient resynchronization: linear work, a bound on stray output, no real frame lost behind a stray
+// partial line. Work is counted by FrameReader::examined(), never timed.
+
+// Feeds `bytes` in chunks of `chunk` bytes (0: all at once), collecting everything.
+Drained feed_chunked(FrameReader& reader, std::string_view bytes, std::size_t chunk) {
+  Drained out;
+  if (chunk == 0) chunk = bytes.size() ? bytes.size() : 1;
+  for (std::size_t pos = 0; pos < bytes.size() && out.error.empty(); pos += chunk) {
+    reader.feed(bytes.substr(pos, chunk));
+    drain(reader, out);
+  }
+  if (bytes.empty()) drain(reader, out);
+  return out;
+}
+
+std::string repeat(std::string_view unit, std::size_t total) {
+  std::string out;
+  out.reserve(total + unit.size());
+  while (out.size() < total) out += unit;
+  return out;
+}
+
+// Stray output shaped to make a resynchronizing reader work hard: header lines that are never
+// completed, header names glued to each other, candidates hidden in header-like lines, stray headers
+// with bodies that are not messages, and long runs of the letter that starts a header.
+const std::vector<std::pair<std::string, std::string>>& hostile_units() {
+  static const std::vector<std::pair<std::string, std::string>> units{
+      {"content_length_lines", "Content-Length: 1\r\n"},
+      {"stray_headers_with_blank_line", "Content-Length: 5\r\n\r\n"},
+      {"glued_names", "Content-LengthContent-Length"},
+      {"prefixes", "Content-LenContent-Lengt"},
+      {"header_like_lines", "x: Content-Length: 1\r\n"},
+      {"unfinished_header_block", "Content-Length: 1\r\nX-A: b\r\n"},
+      {"letters_c", "cccccccccccccccccccc"},
+      {"plain_lines", "hello world\n"},
+      {"spaces_after_colon", "Content-Length:                                                  "},
+      {"content_type_lines", "Content-Type: a\r\n"},
+      {"zero_length_headers", "Content-Length: 0\r\n\r\n"},
+  };
+  return units;
+}
+
+// However stray output is shaped and however it is split, each byte is looked at a bounded number of
+// times (the old reader searched the whole buffer for a blank line at every header-like line).
+TEST(LenientFrameReader, WorkIsLinearInTheInput) {
+  constexpr std::size_t kBytes = 1u << 20;
+  FramingLimits limits;
+  limits.max_stray_bytes = 64u << 20;  // look at the work, not at the bound on stray output
+  for (const auto& [name, unit] : hostile_units()) {
+    const std::string stray = repeat(unit, kBytes);
+    const std::string input = stray + "\n" + frame("{\"after\":1}");
+    for (std::size_t chunk : {std::size_t{0}, std::size_t{65536}, std::size_t{4096}, std::size_t{7}}) {
+      FrameReader reader(limits, Mode::lenient);
+      auto out = feed_chunked(reader, input, chunk);
+      EXPECT_EQ(out.error, "") << name;
+      EXPECT_EQ(out.bodies, std::vector<std::string>{"{\"after\":1}"}) << name << ", chunks of " << chunk;
+      EXPECT_EQ(out.skipped, stray + "\n") << name << ", chunks of " << chunk;
+      EXPECT_LE(reader.examined(), 6 * input.size())
+          << name << ", chunks of " << chunk << ": " << reader.examined() << " looks for " << input.size() << " bytes";
+    }
+  }
+}
+
+TEST(LenientFrameReader, WorkIsLinearByteByByte) {
+  FramingLimits limits;
+  limits.max_stray_bytes = 64u << 20;
+  for (const auto& [name, unit] : hostile_units()) {
+    const std::string input = repeat(unit, 16 * 1024) + "\n" + frame("{}");
+    FrameReader reader(limits, Mode::lenient);
+    auto out = feed_chunked(reader, input, 1);
+    EXPECT_EQ(out.bodies, std::vector<std::string>{"{}"}) << name;
+    EXPECT_LE(reader.examined(), 12 * input.size()) << name << ": " << reader.examined() << " looks";
+  }
+}
+
+// Strict mode reads each header byte a bounded number of times too, even when a client trickles it.
+TEST(FrameReader, StrictHeaderWorkIsLinear) {
+  std::string header = "Content-Length: 2\r\n";
+  for (int i = 0; i < 300; ++i) header += "X-Padding-" + std::to_string(i) + ": abc\r\n";
+  const std::string input = header + "\r\n{}";
+  FrameReader reader;
+  auto out = feed_chunked(reader, input, 1);
+  EXPECT_EQ(out.error, "");
+  EXPECT_EQ(out.bodies, std::vector<std::string>{"{}"});
+  EXPECT_LE(reader.examined(), 4 * input.size()) << reader.examined();
+}
+
+// More than max_stray_bytes without a frame ends the stream, with the count and a sample; exactly one
+// byte past the bound is taken, however the input is split.
+TEST(LenientFrameReader, GivesUpAfterTheStrayBound) {
+  FramingLimits limits;
+  limits.max_stray_bytes = 1000;
+  const std::string stray = repeat("Content-Length: 1\r\n", 5000);
+  for (std::size_t chunk : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{4096}}) {
+    FrameReader reader(limits, Mode::lenient);
+    auto out = feed_chunked(reader, frame("{\"first\":1}") + stray + frame("{}"), chunk);
+    EXPECT_EQ(out.bodies, std::vector<std::string>{"{\"first\":1}"}) << chunk;
+    EXPECT_EQ(out.skipped.size(), 1001u) << chunk;
+    EXPECT_EQ(out.skipped, stray.substr(0, 1001)) << chunk;
+    EXPECT_NE(out.error.find("more than 1000 bytes of stray output"), std::string::npos) << out.error;
+    EXPECT_NE(out.error.find("began with 'Content-Length: 1\\r\\n"), std::string::npos) << out.error;
+    EXPECT_TRUE(reader.failed());
+    EXPECT_EQ(reader.next().kind, Kind::error);
+  }
+}
+
+// The bound counts stray bytes since the last frame: a worker that prints between frames for ever
+// is never given up.
+TEST(LenientFrameReader, StrayBoundStartsAgainAtEveryFrame) {
+  FramingLimits limits;
+  limits.max_stray_bytes = 100;
+  std::string input;
+  std::vector<std::string> expected;
+  for (int i = 0; i < 50; ++i) {
+    input += std::string(100, 'p') + frame("{\"i\":" + std::to_string(i) + "}");
+    expected.push_back("{\"i\":" + std::to_string(i) + "}");
+  }
+  auto out = feed_all(input, Mode::lenient, limits);
+  EXPECT_EQ(out.error, "");
+  EXPECT_EQ(out.bodies, expected);
+  EXPECT_EQ(out.skipped.size(), 5000u);
+}
+
+// A stray line, complete or not, never swallows the real frame behind it. Every case is split at
+// every position, and the frames and the skipped bytes are the same for every split.
+TEST(LenientFrameReader, RealFrameAfterAStrayPartialLineIsDelivered) {
+  const std::string real = frame("{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"result\":\"ok\"}}");
+  // Each stray text, and what is skipped with it (right at the start of the stream a header may begin
+  // with Content-Type, so a stray Content-Type line there is taken as the real frame's header).
+  const std::vector<std::pair<std::string, std::string>> strays{
+      {"Content-Len", ""},                          // a partial header name
+      {"hello", ""},                                // a print without a newline
+      {"Content-Length: 1", ""},                    // a partial header line
+      {"Content-Length: 1\r\n", ""},                // a header line with no blank line
+      {"Content-Length: 12\r\n\r\n", ""},           // a whole stray header: its "body" is the real header
+      {"Content-Length: 60000000\r\n\r\n", ""},     // one that would hold everything behind it
+      {"Content-Length: 99999999\r\n\r\n", ""},     // one over max_message_bytes
+      {"Content-Length: 0\r\n\r\n", ""},            // an empty stray frame
+      {"Content-Length: 3\r\n\r\n  x", ""},         // a body that is not a message
+      {"Content-Length: 1\r\nx", ""},               // a stray line, then a partial one
+      {"Content-Length: 1\r\nX-Note: ", ""},        // the real header glued to a header-like line
+      {"Content-Type: text/plain\r\n", "none"},     // a stray Content-Type line at the start
+      {"Content-Length: 5\r\nContent-Type: ", ""},  // the real header glued to a Content-Type line
+      {"progress 50%\r", ""},                       // a bare CR
+      {"Content-Length: \r\n\r\n", ""},             // no digits
+  };
+  const std::string body = "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"result\":\"ok\"}}";
+  for (const auto& [stray, how] : strays) {
+    const std::string input = stray + real + "tail\n" + real;
+    const std::string skipped = how == "none" ? "tail\n" : stray + "tail\n";
+    for (std::size_t cut = 0; cut <= input.size(); ++cut) {
+      FrameReader reader({}, Mode::lenient);
+      Drained out;
+      reader.feed(std::string_view(input).substr(0, cut));
+      drain(reader, out);
+      reader.feed(std::string_view(input).substr(cut));
+      drain(reader, out);
+      ASSERT_EQ(out.error, "") << printable_for_test(stray) << " cut at " << cut;
+      ASSERT_EQ(out.bodies, (std::vector<std::string>{body, body})) << printable_for_test(stray) << " cut at " << cut;
+      ASSERT_EQ(out.skipped, skipped) << printable_for_test(stray) << " cut at " << cut;
+      ASSERT_EQ(reader.buffered(), 0u);
+    }
+  }
 }
 
 TEST(EncodeFrame, CountsTheTrailingCrlf) {

@@ -283,6 +283,15 @@ void LibraryPool::shutdown() {
 WorkerPools::WorkerPools(asio::any_io_executor executor, const config::Config& config, ChildReaper& reaper,
                          WorkerOptions options)
     : executor_(executor), config_(config), reaper_(reaper), options_(std::move(options)) {
+  // An orphan cannot be traced to its library, so it gets the longest shutdown_grace of them all: no
+  // library's descendant is killed sooner than that library's own worker would be.
+  OrphanPolicy orphans;
+  orphans.end = config.gateway.end_orphans;
+  if (!config.libraries.empty()) {
+    orphans.grace = config.libraries.front().shutdown_grace;
+    for (const auto& library : config.libraries) orphans.grace = std::max(orphans.grace, library.shutdown_grace);
+  }
+  reaper_.set_orphan_policy(orphans);
   std::size_t index = 0;
   for (const auto& library : config.libraries) pools_.push_back(std::make_unique<LibraryPool>(*this, library, index++));
 }
@@ -368,6 +377,9 @@ asio::awaitable<void> WorkerPools::shutdown() {
   const auto deadline = clock::now() + 5min;
   while (live_ > 0 && clock::now() < deadline) co_await wait_for_capacity(deadline);
   if (live_ > 0) log::error("{} workers still not gone after shutdown", live_);
+  // What the workers left behind goes with them (end_orphans), before the gateway exits and they
+  // would be reparented out of its reach.
+  co_await reaper_.end_orphans_now();
 }
 
 }  // namespace rjg::workers

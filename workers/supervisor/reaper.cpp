@@ -1,15 +1,78 @@
 #include "workers/supervisor/reaper.hpp"
 
+#include "common/log.hpp"
+
 #include <fmt/format.h>
 
+#include <dirent.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <vector>
 
 namespace rjg::workers {
+namespace {
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  if (d.count() % 1000 == 0) return fmt::format("{}s", d.count() / 1000);
+  return fmt::format("{}ms", d.count());
+}
+
+// One line of /proc/PID/stat: "pid (comm) state ppid pgrp ...". comm may hold spaces and parentheses.
+struct ProcStat {
+  pid_t pid = 0;
+  char state = '?';
+  pid_t ppid = 0;
+  pid_t pgrp = 0;
+};
+
+bool read_stat(pid_t pid, ProcStat& out) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');
+  if (close == std::string::npos) return false;
+  int ppid = 0, pgrp = 0;
+  char state = '?';
+  if (std::sscanf(text.c_str() + close + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) return false;
+  out = {pid, state, ppid, pgrp};
+  return true;
+}
+
+// The command line, arguments joined by spaces, shortened for a log line.
+std::string command_line(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/cmdline", pid));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!text.empty() && text.back() == '\0') text.pop_back();
+  for (char& c : text)
+    if (c == '\0') c = ' ';
+  if (text.empty()) return "?";
+  return log::printable(text, 200);
+}
+
+// The children of this process: every process whose parent it is. (/proc/self/task/*/children would
+// be cheaper, but kernels built without CONFIG_PROC_CHILDREN do not have it.)
+std::vector<ProcStat> own_children() {
+  std::vector<ProcStat> children;
+  const pid_t self = ::getpid();
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return children;
+  while (const dirent* entry = ::readdir(proc)) {
+    if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;
+    ProcStat stat;
+    if (read_stat(static_cast<pid_t>(std::atoi(entry->d_name)), stat) && stat.ppid == self) children.push_back(stat);
+  }
+  ::closedir(proc);
+  return children;
+}
+
+}  // namespace
 
 ExitStatus ExitStatus::from_wait_status(int status) {
   ExitStatus s;
@@ -28,7 +91,11 @@ std::string ExitStatus::describe() const {
   return fmt::format("signal {} (SIG{})", signal, abbrev ? abbrev : "?");
 }
 
-ChildReaper::ChildReaper(boost::asio::any_io_executor executor) : signals_(executor, SIGCHLD) { arm(); }
+ChildReaper::ChildReaper(boost::asio::any_io_executor executor)
+    : executor_(executor), signals_(executor, SIGCHLD), no_orphans_ending_(executor) {
+  no_orphans_ending_.set();
+  arm();
+}
 
 ChildReaper::~ChildReaper() {
   boost::system::error_code ignored;
@@ -45,6 +112,8 @@ void ChildReaper::signal_all(int sig) {
   for (auto& [pid, callback] : children_) {
     if (::killpg(pid, sig) != 0) ::kill(pid, sig);
   }
+  for (auto& [pid, orphan] : orphans_)
+    if (orphan.ending) signal_orphan(pid, orphan, sig);
 }
 
 void ChildReaper::arm() {
@@ -56,19 +125,107 @@ void ChildReaper::arm() {
 }
 
 void ChildReaper::reap() {
-  // SIGCHLD coalesces, so every watched child is polled on each signal.
+  // Any child, not only the watched ones: orphans reparented to the gateway are its children too, and
+  // an unknown pid left unreaped would stay a zombie. SIGCHLD coalesces, so reap until none is left.
   std::vector<std::pair<Callback, ExitStatus>> ended;
-  for (auto it = children_.begin(); it != children_.end();) {
+  bool any = false;
+  for (;;) {
     int status = 0;
-    pid_t r = ::waitpid(it->first, &status, WNOHANG);
-    if (r == it->first || (r < 0 && errno == ECHILD)) {
-      ended.emplace_back(std::move(it->second), r < 0 ? ExitStatus{} : ExitStatus::from_wait_status(status));
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid <= 0) break;  // 0: children left, none ended; ECHILD: no children at all
+    any = true;
+    const auto how = ExitStatus::from_wait_status(status);
+    if (auto it = children_.find(pid); it != children_.end()) {
+      ended.emplace_back(std::move(it->second), how);
+      children_.erase(it);
+      dead_groups_.insert(pid);
+    } else if (auto o = orphans_.find(pid); o != orphans_.end()) {
+      log::info("orphan pid {} ({}): reaped; it ended with {}", pid, o->second.command, how.describe());
+      orphans_.erase(o);
+    } else {
+      // A worker's descendant in the worker's group, killed with it (or one that ended before a scan
+      // saw it).
+      log::info("reaped pid {}, a worker's descendant reparented to the gateway; it ended with {}", pid,
+                how.describe());
+    }
+  }
+  // A watched pid that no longer exists was reaped by someone else (it cannot be: every waitpid of the
+  // gateway is here); its owner must still hear of it rather than wait for ever.
+  for (auto it = children_.begin(); it != children_.end();) {
+    if (::kill(it->first, 0) != 0 && errno == ESRCH) {
+      log::error("pid {} ended without being reaped here; its exit status is unknown", it->first);
+      ended.emplace_back(std::move(it->second), ExitStatus{});
       it = children_.erase(it);
     } else {
       ++it;
     }
   }
   for (auto& [callback, status] : ended) callback(status);
+  // Orphans appear when a process of a worker's tree dies: look for them now, after each worker's own
+  // callback has killed its group.
+  if (any) scan_orphans();
+  bool ending = false;
+  for (auto& [pid, orphan] : orphans_) ending = ending || orphan.ending;
+  if (!ending) no_orphans_ending_.set();
+}
+
+void ChildReaper::signal_orphan(pid_t pid, const Orphan& orphan, int sig) {
+  // One that leads its own group (after setsid) takes its group along: what it started is no more
+  // traceable than itself.
+  if (orphan.group_leader && ::killpg(pid, sig) == 0) return;
+  ::kill(pid, sig);
+}
+
+void ChildReaper::scan_orphans() {
+  std::unordered_set<pid_t> groups_seen;
+  for (const auto& child : own_children()) {
+    if (children_.count(child.pid)) continue;           // a worker
+    if (child.state == 'Z' || child.state == 'X') continue;  // ended: reaped on its SIGCHLD
+    if (children_.count(child.pgrp)) continue;          // still in a live worker's group: ends with that group
+    if (dead_groups_.count(child.pgrp)) {               // in an ended worker's group: killed with it
+      groups_seen.insert(child.pgrp);
+      continue;
+    }
+    if (orphans_.count(child.pid)) continue;
+    Orphan orphan;
+    orphan.command = command_line(child.pid);
+    orphan.group_leader = child.pgrp == child.pid;
+    if (!policy_.end) {
+      log::info("orphan pid {} ({}): a worker's descendant that left the worker's process group was reparented to "
+                "the gateway; it is left running (end_orphans = false) and reaped when it exits",
+                child.pid, orphan.command);
+      orphans_.emplace(child.pid, std::move(orphan));
+      continue;
+    }
+    log::warn("orphan pid {} ({}): a worker's descendant that left the worker's process group was reparented to "
+              "the gateway and cannot be traced to a worker; ending it: SIGTERM now, SIGKILL after {} (end_orphans "
+              "= false keeps such processes running)",
+              child.pid, orphan.command, seconds_text(policy_.grace));
+    orphan.ending = true;
+    signal_orphan(child.pid, orphan, SIGTERM);
+    orphan.kill_timer = std::make_unique<boost::asio::steady_timer>(executor_, policy_.grace);
+    const pid_t pid = child.pid;
+    orphan.kill_timer->async_wait([this, pid](const boost::system::error_code& ec) {
+      if (ec) return;
+      auto it = orphans_.find(pid);
+      if (it == orphans_.end()) return;
+      log::warn("orphan pid {} ({}): still running {} after SIGTERM; sending SIGKILL", pid, it->second.command,
+                seconds_text(policy_.grace));
+      signal_orphan(pid, it->second, SIGKILL);
+    });
+    no_orphans_ending_.reset();
+    orphans_.emplace(pid, std::move(orphan));
+  }
+  std::erase_if(dead_groups_, [&](pid_t group) { return !groups_seen.count(group); });
+}
+
+boost::asio::awaitable<void> ChildReaper::end_orphans_now() {
+  scan_orphans();
+  // SIGTERM, the grace, SIGKILL: a killed process is reaped at once; the margin only guards a bug.
+  const bool gone = co_await no_orphans_ending_.wait_for(policy_.grace + std::chrono::seconds(5));
+  if (!gone) log::error("{} orphans still not reaped after SIGKILL", orphans_.size());
+  co_return;
 }
 
 }  // namespace rjg::workers

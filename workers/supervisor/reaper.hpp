@@ -1,14 +1,23 @@
-// Collects the exit status of worker processes as they end (SIGCHLD), so none stays a zombie.
+// Collects the exit status of the gateway's children as they end (SIGCHLD), so none stays a zombie:
+// the workers, and the orphans a worker leaves behind (the gateway is a child subreaper, so a
+// worker's descendant whose parent dies is reparented to it).
 #pragma once
 
+#include "common/runtime/async_event.hpp"
+
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace rjg::workers {
 
@@ -23,6 +32,13 @@ struct ExitStatus {
   std::string describe() const;
 };
 
+// What the gateway does with orphans: processes reparented to it that are not workers and not in the
+// process group of a worker (a worker's descendant that called setsid or setpgid, whose parent died).
+struct OrphanPolicy {
+  bool end = true;                                         // [gateway] end_orphans
+  std::chrono::milliseconds grace{std::chrono::seconds(5)};  // SIGTERM until SIGKILL
+};
+
 class ChildReaper {
  public:
   using Callback = std::function<void(ExitStatus)>;
@@ -33,15 +49,39 @@ class ChildReaper {
   // Calls back once, on the io_context, when pid has ended and been reaped.
   void watch(pid_t pid, Callback on_exit);
   std::size_t watched() const { return children_.size(); }
-  // Sends sig to the process group of every child still watched (each worker leads its own group).
+  // Sends sig to the process group of every child still watched (each worker leads its own group),
+  // and to every orphan being ended.
   void signal_all(int sig);
 
+  void set_orphan_policy(OrphanPolicy policy) { policy_ = policy; }
+  // Looks for orphans now (they are also looked for after every child that ends), and with
+  // end = true waits until each one being ended is gone: SIGTERM, SIGKILL after the grace. Bounded.
+  boost::asio::awaitable<void> end_orphans_now();
+  // Orphans known and not yet reaped (being ended, or left running with end = false).
+  std::size_t orphans() const { return orphans_.size(); }
+
  private:
+  struct Orphan {
+    std::string command;  // from /proc/PID/cmdline, for the log
+    bool group_leader = false;
+    bool ending = false;
+    std::unique_ptr<boost::asio::steady_timer> kill_timer;
+  };
+
   void arm();
   void reap();
+  void scan_orphans();
+  void signal_orphan(pid_t pid, const Orphan& orphan, int sig);
 
+  boost::asio::any_io_executor executor_;
   boost::asio::signal_set signals_;
   std::unordered_map<pid_t, Callback> children_;
+  OrphanPolicy policy_;
+  std::unordered_map<pid_t, Orphan> orphans_;
+  // Groups of workers that ended: the Worker killed each whole group, so a member still seen is dying
+  // with it, not an orphan. Forgotten once a scan finds no member left.
+  std::unordered_set<pid_t> dead_groups_;
+  AsyncEvent no_orphans_ending_;
 };
 
 }  // namespace rjg::workers

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstring>
 #include <filesystem>
@@ -30,10 +31,28 @@ namespace bp = boost::process::v2;
 
 namespace {
 
-bool is_executable_file(const std::string& path) {
+// Why path cannot be executed by this process ("is a directory", "is not executable (mode 0644)"), or
+// nothing when it can.
+std::optional<std::string> exec_problem(const std::string& path) {
   struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return "does not exist";
+    if (errno == ENOTDIR) return "does not exist (a part of its path is not a directory)";
+    if (errno == EACCES) return "cannot be reached (no search permission on a directory of its path)";
+    return fmt::format("cannot be examined ({})", std::strerror(errno));
+  }
+  if (S_ISDIR(st.st_mode)) return "is a directory";
+  if (!S_ISREG(st.st_mode)) return fmt::format("is not a regular file (mode {:o})", st.st_mode);
+  if (::access(path.c_str(), X_OK) != 0) {
+    const unsigned mode = st.st_mode & 07777;
+    if (mode & 0111)
+      return fmt::format("is not executable by user {} (mode {:04o}, owner uid {})", ::geteuid(), mode, st.st_uid);
+    return fmt::format("is not executable (mode {:04o})", mode);
+  }
+  return std::nullopt;
 }
+
+bool is_executable_file(const std::string& path) { return !exec_problem(path); }
 
 std::string self_directory() {
   std::error_code ec;
@@ -133,41 +152,69 @@ struct WorkerSetup {
 
 }  // namespace
 
-std::optional<std::string> resolve_executable(const std::string& command0) {
-  if (command0.empty()) return std::nullopt;
-  if (command0.find('/') != std::string::npos) {
-    if (is_executable_file(command0)) return command0;
-    return std::nullopt;
+ResolvedCommand resolve_command(const std::string& command0) {
+  ResolvedCommand out;
+  if (command0.empty()) {
+    out.problem = "'' is empty";
+    return out;
   }
-  if (const char* path = std::getenv("PATH")) {
+  if (command0.find('/') != std::string::npos) {
+    if (auto problem = exec_problem(command0)) out.problem = fmt::format("'{}' {}", command0, *problem);
+    else out.path = command0;
+    return out;
+  }
+  // The first candidate that exists but cannot be run is named if no other one can.
+  std::string passed_over;
+  auto try_candidate = [&](const std::string& candidate) {
+    auto problem = exec_problem(candidate);
+    if (!problem) {
+      out.path = candidate;
+      return true;
+    }
+    if (passed_over.empty() && *problem != "does not exist") passed_over = fmt::format("'{}' {}", candidate, *problem);
+    return false;
+  };
+  const char* path = std::getenv("PATH");
+  if (path) {
     std::string_view rest(path);
     while (true) {
       auto colon = rest.find(':');
       std::string dir(rest.substr(0, colon));
       if (dir.empty()) dir = ".";
-      std::string candidate = dir + "/" + command0;
-      if (is_executable_file(candidate)) return candidate;
+      if (try_candidate(dir + "/" + command0)) return out;
       if (colon == std::string_view::npos) break;
       rest.remove_prefix(colon + 1);
     }
   }
-  if (auto dir = self_directory(); !dir.empty()) {
-    std::string candidate = dir + "/" + command0;
-    if (is_executable_file(candidate)) return candidate;
+  const std::string self = self_directory();
+  if (!self.empty() && try_candidate(self + "/" + command0)) return out;
+  const std::string where = fmt::format("in PATH ({}) nor next to the gateway ({})", path ? path : "not set",
+                                        self.empty() ? "unknown" : self);
+  if (!passed_over.empty())
+    out.problem = fmt::format("{}, and no other '{}' was found {}", passed_over, command0, where);
+  else
+    out.problem = fmt::format("'{}' not found {}", command0, where);
+  return out;
+}
+
+std::vector<std::string> check_libraries(const config::Config& config) {
+  std::vector<std::string> problems;
+  for (const auto& library : config.libraries) {
+    const std::string where = fmt::format("{}:{}: library '{}'", config.path, library.source_line, library.name);
+    // The loader has already refused an empty command and a cwd that is not a directory.
+    if (library.command.empty()) continue;
+    auto resolved = resolve_command(library.command.front());
+    if (!resolved.path) problems.push_back(fmt::format("{}: command {}", where, resolved.problem));
   }
-  return std::nullopt;
+  return problems;
 }
 
 SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config::Library& library) {
   const std::string& command0 = library.command.at(0);
-  auto executable = resolve_executable(command0);
-  if (!executable) {
-    throw std::system_error(
-        std::make_error_code(std::errc::no_such_file_or_directory),
-        command0.find('/') != std::string::npos
-            ? fmt::format("command '{}' does not exist or is not executable", command0)
-            : fmt::format("command '{}' was not found in PATH or next to the gateway binary", command0));
-  }
+  auto resolved = resolve_command(command0);
+  if (!resolved.path)
+    throw SpawnError(std::make_error_code(std::errc::no_such_file_or_directory), "command " + resolved.problem);
+  const std::optional<std::string>& executable = resolved.path;
 
   SpawnedProcess child{-1, *executable, boost::asio::writable_pipe(executor), boost::asio::readable_pipe(executor),
                        boost::asio::readable_pipe(executor)};
@@ -191,7 +238,7 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
                            ? fmt::format("cannot start '{}' in working directory '{}': {}", *executable, setup.cwd,
                                          ec.message())
                            : fmt::format("cannot start '{}': {}", *executable, ec.message());
-    throw std::system_error(std::error_code(ec.value(), std::system_category()), what);
+    throw SpawnError(std::error_code(ec.value(), std::system_category()), what);
   }
   child.pid = process.id();
   // From here the pid is supervised by the Worker and the ChildReaper, not by the process object.

@@ -12,6 +12,8 @@
 
 #include <optional>
 #include <string>
+#include <system_error>
+#include <vector>
 
 namespace rjg::workers {
 
@@ -23,11 +25,38 @@ struct SpawnedProcess {
   boost::asio::readable_pipe stderr_pipe;
 };
 
-// Finds command[0]: as given when it holds a slash, else in PATH, else next to the gateway binary.
-std::optional<std::string> resolve_executable(const std::string& command0);
+// Where command[0] is, or precisely why it cannot be run.
+struct ResolvedCommand {
+  std::optional<std::string> path;  // the file to execute
+  // When path is empty: "'/opt/w' is a directory", "'/opt/w' is not executable (mode 0644)",
+  // "'w' not found in PATH (/usr/bin:/bin) nor next to the gateway (/usr/local/bin)", ...
+  std::string problem;
+};
 
-// Throws std::system_error naming the command when it cannot be started (missing, not executable,
-// bad cwd). The caller owns the pid from then on: it must watch it with the ChildReaper.
+// Finds command[0] as a worker start does, and as --check-config does (one function for both, so the
+// check and the start agree): as given when it holds a slash, else in PATH (the gateway's own
+// environment, not the library's env), else next to the gateway binary. The file must be a regular
+// file this user may execute; a candidate in PATH that is not (a directory, mode 0644) is passed over
+// like execvp does, and named in the problem when nothing else is found.
+ResolvedCommand resolve_command(const std::string& command0);
+
+// A worker that cannot be started: what() is the whole message, without the error code's own text
+// appended (which would say "No such file or directory" of a directory).
+class SpawnError : public std::system_error {
+ public:
+  SpawnError(std::error_code code, std::string message) : std::system_error(code), message_(std::move(message)) {}
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
+
+// Throws SpawnError naming the command when it cannot be started (missing, not executable, bad cwd).
+// The caller owns the pid from then on: it must watch it with the ChildReaper.
 SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config::Library& library);
+
+// --check-config: each library whose command cannot be resolved, as "FILE:LINE: library 'NAME': command
+// ... what is wrong". Empty when all can.
+std::vector<std::string> check_libraries(const config::Config& config);
 
 }  // namespace rjg::workers
