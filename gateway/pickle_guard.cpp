@@ -22,9 +22,10 @@ std::optional<PickleRefusal> refuse_pickles(
   const auto mode = pickle_mode(library);
   if (mode == PickleMode::allow) return std::nullopt;
   for (const auto& [path, text] : values) {
-    // No substring shortcut: a key may spell __pickled__ with \u escapes.
+    // No substring shortcut: a key may spell __pickled__ with \u escapes. No tree either: the text is
+    // walked as it is (NaN, 40-digit integers and all), in time linear in its size.
     if (text.empty()) continue;
-    if (auto refusal = inspect_pickles(parse_value(text), mode, path)) {
+    if (auto refusal = inspect_pickles_text(text, mode, path)) {
       json::object data{{"library", library.name}, {"path", refusal->path}, {"reason", refusal->reason}};
       if (refusal->offset) data["offset"] = *refusal->offset;
       return PickleRefusal{describe(*refusal, library.name), json::serialize(data)};

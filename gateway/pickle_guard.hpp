@@ -16,8 +16,8 @@ struct PickleRefusal {
   std::string data_json;  // the answer's data: {"library", "path", "reason", "offset"?}
 };
 
-// Each value is (its path for messages: "args", "kwargs", "result", ...; its JSON text, "" when
-// absent). nullopt when every pickled value in them is admitted.
+// Each value is (its path for messages: "args", "kwargs", "result", "error.data", "" for a whole
+// message; its JSON text, "" when absent). nullopt when every pickled value in them is admitted.
 std::optional<PickleRefusal> refuse_pickles(const config::Library& library,
                                             std::initializer_list<std::pair<std::string_view, std::string_view>> values);
 

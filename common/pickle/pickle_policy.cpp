@@ -1,6 +1,7 @@
 #include "common/pickle/pickle_policy.hpp"
 
 #include "common/log.hpp"
+#include "common/protocol/json_text.hpp"
 
 #include <boost/json.hpp>
 #include <fmt/format.h>
@@ -807,6 +808,176 @@ class PickleWalker {
   std::optional<std::size_t> offset_;
 };
 
+// The same check over a JSON text, driven by the scanner's events. An object's members are only all
+// known when it closes, so that is where an object with "__pickled__" is judged.
+class TextPickleWalker final : public jsontext::Visitor {
+ public:
+  TextPickleWalker(std::string_view text, PickleMode mode, std::string_view base, const PickleLimits& limits)
+      : text_(text), mode_(mode), base_(base), limits_(limits) {}
+
+  std::optional<PickleRefusal> walk() {
+    if (auto error = jsontext::walk(text_, *this, jsontext::Limits{std::numeric_limits<std::size_t>::max()}))
+      return PickleRefusal{std::string(base_),
+                           fmt::format("the value is not valid JSON: {} (at byte {})", error->message, error->offset),
+                           std::nullopt, mode_};
+    return std::move(refusal_);
+  }
+
+  bool begin(jsontext::Kind kind, std::size_t) override {
+    if (!frames_.empty()) {
+      Frame& parent = frames_.back();
+      steps_.push_back(parent.object ? Step{parent.key, 0, true} : Step{{}, parent.index, false});
+      if (parent.object && parent.key_is_pickled) parent.pickled_kind = kind;
+    }
+    Frame frame;
+    frame.object = kind == jsontext::Kind::object;
+    frames_.push_back(std::move(frame));
+    return true;
+  }
+
+  bool key(jsontext::Slice literal) override {
+    Frame& f = frames_.back();
+    f.key = literal;
+    f.key_is_pickled = is_pickled_key(literal.of(text_));
+    if (f.key_is_pickled) ++f.pickled;
+    else if (f.others.size() < 8) f.others.push_back(literal);
+    else ++f.more_others;
+    return true;
+  }
+
+  bool scalar(jsontext::Kind kind, jsontext::Slice value) override {
+    if (frames_.empty()) return true;
+    Frame& parent = frames_.back();
+    if (parent.object && parent.key_is_pickled) {
+      parent.pickled_kind = kind;
+      parent.pickled_value = value;
+    }
+    ++parent.index;
+    return true;
+  }
+
+  // A pickled object is judged as a whole, as the tree walker does: its verdict replaces whatever was
+  // found inside it. Otherwise the first refusal found inside a container is the container's. The walk
+  // goes on to the end (an enclosing object may yet turn out to be pickled).
+  bool end(jsontext::Kind, jsontext::Slice) override {
+    Frame& f = frames_.back();
+    std::optional<PickleRefusal> refusal = std::move(f.refusal);
+    const bool wanted = frames_.size() == 1 ? !refusal_ : !frames_[frames_.size() - 2].refusal;
+    if (f.object && f.pickled > 0) {
+      refusal.reset();
+      // (A refusal is kept only when none was found before it at its level: later ones are not checked.)
+      if (wanted && !check(f)) refusal = PickleRefusal{path(), std::move(reason_), offset_, mode_};
+      offset_.reset();
+    }
+    frames_.pop_back();
+    if (!steps_.empty()) steps_.pop_back();
+    if (frames_.empty()) {
+      if (!refusal_) refusal_ = std::move(refusal);
+    } else {
+      Frame& parent = frames_.back();
+      if (!parent.refusal) parent.refusal = std::move(refusal);
+      ++parent.index;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool object = false;
+    std::size_t index = 0;  // arrays: the element being read
+    jsontext::Slice key;    // objects: the member being read
+    bool key_is_pickled = false;
+    std::size_t pickled = 0;                // "__pickled__" members
+    jsontext::Kind pickled_kind = jsontext::Kind::null;  // of the last one
+    jsontext::Slice pickled_value;          // of the last one, when a string
+    std::vector<jsontext::Slice> others;    // the first few other keys, for the message
+    std::size_t more_others = 0;
+    std::optional<PickleRefusal> refusal;   // the first one found inside
+  };
+  struct Step {
+    jsontext::Slice key;
+    std::size_t index;
+    bool is_key;
+  };
+
+  // Only a key whose literal could spell __pickled__ (13 bytes, or up to 6 per character when
+  // escaped) is decoded.
+  static bool is_pickled_key(std::string_view literal) {
+    if (literal == "\"__pickled__\"") return true;
+    if (literal.size() <= 13 || literal.size() > 2 + 6 * kPickledKey.size() ||
+        literal.find('\\') == std::string_view::npos)
+      return false;
+    return jsontext::decode_string(literal) == kPickledKey;
+  }
+
+  bool refuse(std::string reason) {
+    reason_ = std::move(reason);
+    return false;
+  }
+
+  bool check(const Frame& f) {
+    if (mode_ == PickleMode::deny) return refuse("pickle = \"deny\" refuses every pickled value");
+    if (!f.others.empty()) {
+      std::string others;
+      for (const auto& key : f.others)
+        others += fmt::format("{}\"{}\"", others.empty() ? "" : ", ",
+                              log::printable(jsontext::decode_string(key.of(text_)), 40));
+      if (f.more_others) others += fmt::format(" and {} more", f.more_others);
+      return refuse(fmt::format("malformed pickled value: \"__pickled__\" comes with other members ({})", others));
+    }
+    if (f.pickled_kind != jsontext::Kind::string)
+      return refuse("malformed pickled value: \"__pickled__\" is not a string");
+    const std::string hex = jsontext::decode_string(f.pickled_value.of(text_));
+    if (hex.size() % 2 != 0) return refuse("malformed pickled value: odd number of hex digits");
+    if (hex.size() / 2 > limits_.max_bytes)
+      return refuse(fmt::format("pickle of {} bytes is larger than the limit of {}", hex.size() / 2, limits_.max_bytes));
+    std::string bytes(hex.size() / 2, '\0');
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+      if (hi < 0 || lo < 0)
+        return refuse(fmt::format("malformed pickled value: '{}' at hex digit {} is not lowercase hex",
+                                  log::printable(std::string_view(hex).substr(hi < 0 ? 2 * i : 2 * i + 1, 1), 4),
+                                  hi < 0 ? 2 * i : 2 * i + 1));
+      bytes[i] = static_cast<char>(hi << 4 | lo);
+    }
+    std::size_t offset = 0;
+    if (auto why = check_pickle_data_only(bytes, &offset, limits_)) {
+      offset_ = offset;
+      return refuse(std::move(*why));
+    }
+    return true;
+  }
+
+  // Where the walk stopped: the object being judged (its steps are still on the stack).
+  std::string path() const {
+    std::string out(base_);
+    for (const auto& s : steps_) {
+      if (!s.is_key) {
+        out += fmt::format("[{}]", s.index);
+        continue;
+      }
+      const std::string key = jsontext::decode_string(s.key.of(text_));
+      if (!is_identifier(key)) {
+        out += fmt::format("[{}]", jsontext::quote(key));
+      } else {
+        if (!out.empty()) out += '.';
+        out += key;
+      }
+    }
+    return out;
+  }
+
+  std::string_view text_;
+  PickleMode mode_;
+  std::string_view base_;
+  const PickleLimits& limits_;
+  std::vector<Frame> frames_;
+  std::vector<Step> steps_;
+  std::string reason_;
+  std::optional<std::size_t> offset_;
+  std::optional<PickleRefusal> refusal_;  // the root's
+};
+
 }  // namespace
 
 std::optional<std::string> check_pickle_data_only(std::string_view bytes, std::size_t* offset,
@@ -820,6 +991,12 @@ std::optional<PickleRefusal> inspect_pickles(const boost::json::value& v, Pickle
   return PickleWalker(mode, path, limits).walk(v);
 }
 
+std::optional<PickleRefusal> inspect_pickles_text(std::string_view json_text, PickleMode mode, std::string_view path,
+                                                  const PickleLimits& limits) {
+  if (mode == PickleMode::allow) return std::nullopt;
+  return TextPickleWalker(json_text, mode, path, limits).walk();
+}
+
 std::string describe(const PickleRefusal& r, std::string_view library) {
   std::string where = r.path.empty() ? "a pickled value" : fmt::format("the pickled value at {}", r.path);
   std::string at = r.offset ? fmt::format(" (pickle byte {})", *r.offset) : "";
@@ -830,6 +1007,101 @@ std::string describe(const PickleRefusal& r, std::string_view library) {
                         library)
           : fmt::format("set pickle = \"allow\" for library '{}' to pass it unchecked", library);
   return fmt::format("{} was refused: {}{}; {}", where, r.reason, at, hint);
+}
+
+std::optional<std::string> visit_pickle_strings(std::string_view in, PickleTextVisitor& visitor) {
+  // Argument layouts from CPython's Lib/pickletools.py.
+  std::size_t pos = 0;
+  const auto fixed = [&](std::size_t n) -> bool {
+    if (in.size() - pos < n) return false;
+    pos += n;
+    return true;
+  };
+  const auto counted = [&](std::size_t width, std::string_view& out) -> bool {
+    if (in.size() - pos < width) return false;
+    const std::uint64_t n = read_le(in.substr(pos, width));
+    pos += width;
+    if (n > in.size() - pos) return false;
+    out = in.substr(pos, static_cast<std::size_t>(n));
+    pos += static_cast<std::size_t>(n);
+    return true;
+  };
+  const auto line = [&](std::string_view& out) -> bool {
+    const auto nl = in.find('\n', pos);
+    if (nl == std::string_view::npos) return false;
+    out = in.substr(pos, nl - pos);
+    pos = nl + 1;
+    return true;
+  };
+  while (pos < in.size()) {
+    const std::size_t at = pos;
+    const auto op = static_cast<unsigned char>(in[pos++]);
+    const auto truncated = [&] { return fmt::format("truncated pickle: opcode {} at byte {}", op_name(op), at); };
+    std::string_view text;
+    bool is_text = false, is_bytes = false;
+    switch (op) {
+      case STOP: return std::nullopt;
+      case MARK: case POP: case POP_MARK: case DUP: case NONE: case REDUCE: case APPEND: case BUILD: case DICT:
+      case EMPTY_DICT: case APPENDS: case LIST: case EMPTY_LIST: case OBJ: case SETITEM: case TUPLE:
+      case EMPTY_TUPLE: case SETITEMS: case BINPERSID: case TUPLE1: case TUPLE2: case TUPLE3: case NEWTRUE:
+      case NEWFALSE: case NEWOBJ: case EMPTY_SET: case ADDITEMS: case FROZENSET: case NEWOBJ_EX:
+      case STACK_GLOBAL: case MEMOIZE: case NEXT_BUFFER: case READONLY_BUFFER:
+        break;
+      case PROTO: case BININT1: case BINGET: case BINPUT: case EXT1:
+        if (!fixed(1)) return truncated();
+        break;
+      case BININT2: case EXT2:
+        if (!fixed(2)) return truncated();
+        break;
+      case BININT: case LONG_BINGET: case LONG_BINPUT: case EXT4:
+        if (!fixed(4)) return truncated();
+        break;
+      case BINFLOAT: case FRAME:  // a frame's contents are opcodes like any others
+        if (!fixed(8)) return truncated();
+        break;
+      case INT: case LONG: case FLOAT: case PERSID: case PUT: case GET:
+        if (!line(text)) return truncated();
+        break;
+      case GLOBAL: case INST:
+        if (!line(text) || !line(text)) return truncated();
+        break;
+      case LONG1: case LONG4:
+        if (!counted(op == LONG1 ? 1 : 4, text)) return truncated();
+        break;
+      case STRING: case UNICODE:
+        if (!line(text)) return truncated();
+        is_text = true;
+        break;
+      case SHORT_BINSTRING: case SHORT_BINUNICODE:
+        if (!counted(1, text)) return truncated();
+        is_text = true;
+        break;
+      case BINSTRING: case BINUNICODE:
+        if (!counted(4, text)) return truncated();
+        is_text = true;
+        break;
+      case BINUNICODE8:
+        if (!counted(8, text)) return truncated();
+        is_text = true;
+        break;
+      case SHORT_BINBYTES:
+        if (!counted(1, text)) return truncated();
+        is_text = is_bytes = true;
+        break;
+      case BINBYTES:
+        if (!counted(4, text)) return truncated();
+        is_text = is_bytes = true;
+        break;
+      case BINBYTES8: case BYTEARRAY8:
+        if (!counted(8, text)) return truncated();
+        is_text = is_bytes = true;
+        break;
+      default:
+        return fmt::format("opcode {} at byte {} is not a pickle opcode", op_name(op), at);
+    }
+    if (is_text && !visitor.text(text, is_bytes)) return std::nullopt;
+  }
+  return "pickle ends without STOP";
 }
 
 }  // namespace rjg

@@ -56,7 +56,31 @@ struct PickleRefusal {
 std::optional<PickleRefusal> inspect_pickles(const boost::json::value& v, PickleMode mode, std::string_view path,
                                              const PickleLimits& limits = {});
 
+// The same policy over a JSON text, walked by the scanner in one pass without building a tree: a tree
+// cannot hold NaN or a 40-digit integer, and its hash table can be flooded with colliding keys. Work is
+// linear in the text (jsontext::operations() counts it). Where "__pickled__" occurs twice in an
+// object, the last one is checked, as a Python peer's json module keeps the last. A text that is not
+// valid JSON is refused.
+std::optional<PickleRefusal> inspect_pickles_text(std::string_view json_text, PickleMode mode, std::string_view path,
+                                                  const PickleLimits& limits = {});
+
 // The user-facing message: what was refused, where, and the configuration key that changes it.
 std::string describe(const PickleRefusal& refusal, std::string_view library);
+
+// Receives the text values of a pickle (see visit_pickle_strings); returning false stops the walk.
+class PickleTextVisitor {
+ public:
+  virtual ~PickleTextVisitor() = default;
+  virtual bool text(std::string_view value, bool is_bytes) = 0;
+};
+
+// Calls visitor.text() for the argument of every str, bytes and bytearray opcode of a raw pickle, in
+// stream order (str: as UTF-8; the old STRING and UNICODE line forms: the raw line). This only lexes
+// opcodes (linear, no stack, no memo), so it works on any pickle, also ones the data-only check would
+// refuse; what the strings end up as (keys, items, class names) does not matter to its users, which
+// ask whether any text in the value would read differently once the value is made text (the
+// gateway's argument guard). Returns why the stream cannot be lexed (unknown opcode, truncated), or
+// nullopt once STOP is reached or the visitor stopped the walk.
+std::optional<std::string> visit_pickle_strings(std::string_view bytes, PickleTextVisitor& visitor);
 
 }  // namespace rjg

@@ -1,14 +1,13 @@
 #include "common/protocol/json_text.hpp"
 
-#include <boost/json/parse.hpp>
-
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
-#include <limits>
+#include <fmt/format.h>
 
 namespace rjg::jsontext {
 namespace {
+
+// operations(): each thread counts its own work.
+thread_local std::uint64_t t_operations = 0;
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -19,27 +18,46 @@ int hex_value(char c) {
   return -1;
 }
 
-// One pass over a text: validates it and records the root object's members.
+// One pass over a text: validates it, records the root object's members (scan) or reports every value
+// to a visitor (walk).
 class Scanner {
  public:
-  Scanner(std::string_view text, const Limits& limits) : s_(text), limits_(limits) {}
+  Scanner(std::string_view text, const Limits& limits, Visitor* visitor = nullptr)
+      : s_(text), limits_(limits), visitor_(visitor) {}
+  ~Scanner() { t_operations += pos_ + values_; }
 
-  std::pair<std::optional<Scanned>, std::optional<Error>> run() {
+  using Result = std::pair<std::optional<Scanned>, std::optional<Error>>;
+
+  Result run() {
     struct Frame {
       bool object;
       std::size_t start;
+      std::size_t members;
     };
     std::vector<Frame> stack;
     Scanned out;
     std::string key;  // of the root member being read
+    const bool record = visitor_ == nullptr;
 
     // A value [start, pos_) of `kind` is complete: note it where it belongs.
     auto complete = [&](Kind kind, std::size_t start) {
+      ++values_;
       if (stack.empty()) {
         out.kind = kind;
         out.root = {start, pos_ - start};
       }
-      if (stack.size() == 1 && stack[0].object) out.members.push_back({std::move(key), kind, {start, pos_ - start}});
+      if (record && stack.size() == 1 && stack[0].object)
+        out.members.push_back({std::move(key), kind, {start, pos_ - start}});
+    };
+    // A member's key, counted against the limit of its object.
+    auto next_key = [&]() -> bool {
+      Frame& top = stack.back();
+      if (++top.members > limits_.max_object_members) {
+        error_ = Error{fmt::format("an object has more than {} members", limits_.max_object_members), top.start};
+        error_->too_many_members = true;
+        return false;
+      }
+      return read_key(record && stack.size() == 1 ? &key : nullptr);
     };
 
     skip_space();
@@ -53,30 +71,44 @@ class Scanner {
       if (c == '{' || c == '[') {
         if (stack.size() >= limits_.max_depth) return fail("nesting is too deep", true);
         const bool object = c == '{';
+        if (visitor_ && !visitor_->begin(object ? Kind::object : Kind::array, start)) return stop();
         ++pos_;
         skip_space();
         if (!at_end() && s_[pos_] == (object ? '}' : ']')) {
           ++pos_;
           kind = object ? Kind::object : Kind::array;
+          if (visitor_ && !visitor_->end(*kind, {start, pos_ - start})) return stop();
         } else {
-          stack.push_back({object, start});
-          if (object && !read_key(stack.size() == 1 ? &key : nullptr)) return error();
+          stack.push_back({object, start, 0});
+          if (object && !next_key()) return error();
           continue;
         }
-      } else if (c == '"') {
-        if (!read_string()) return error();
-        kind = Kind::string;
-      } else if (c == 't' || c == 'f') {
-        if (!read_literal(c == 't' ? "true" : "false")) return error();
-        kind = Kind::boolean;
-      } else if (c == 'n') {
-        if (!read_literal("null")) return error();
-        kind = Kind::null;
-      } else if (c == '-' || is_digit(c)) {
-        if (!read_number()) return error();
-        kind = Kind::number;
       } else {
-        return fail("unexpected character");
+        if (c == '"') {
+          if (!read_string()) return error();
+          kind = Kind::string;
+        } else if (c == 't' || c == 'f') {
+          if (!read_literal(c == 't' ? "true" : "false")) return error();
+          kind = Kind::boolean;
+        } else if (c == 'n') {
+          if (!read_literal("null")) return error();
+          kind = Kind::null;
+        } else if (c == 'N') {
+          if (!read_literal("NaN")) return error();
+          kind = Kind::number;
+        } else if (c == 'I') {
+          if (!read_literal("Infinity")) return error();
+          kind = Kind::number;
+        } else if (c == '-' && pos_ + 1 < s_.size() && s_[pos_ + 1] == 'I') {
+          if (!read_literal("-Infinity")) return error();
+          kind = Kind::number;
+        } else if (c == '-' || is_digit(c)) {
+          if (!read_number()) return error();
+          kind = Kind::number;
+        } else {
+          return fail("unexpected character");
+        }
+        if (visitor_ && !visitor_->scalar(*kind, {start, pos_ - start})) return stop();
       }
 
       // A value is complete; close every container that ends here, then go on to the next value.
@@ -94,7 +126,7 @@ class Scanner {
         const Frame top = stack.back();
         if (s_[pos_] == ',') {
           ++pos_;
-          if (top.object && !read_key(stack.size() == 1 ? &key : nullptr)) return error();
+          if (top.object && !next_key()) return error();
           break;
         }
         if (s_[pos_] != (top.object ? '}' : ']'))
@@ -103,6 +135,7 @@ class Scanner {
         stack.pop_back();
         value_start = top.start;
         value_kind = top.object ? Kind::object : Kind::array;
+        if (visitor_ && !visitor_->end(value_kind, {value_start, pos_ - value_start})) return stop();
       }
     }
   }
@@ -112,11 +145,16 @@ class Scanner {
   void skip_space() {
     while (pos_ < s_.size() && is_space(s_[pos_])) ++pos_;
   }
-  std::pair<std::optional<Scanned>, std::optional<Error>> fail(std::string message, bool too_deep = false) {
+  Result fail(std::string message, bool too_deep = false) {
     set_error(std::move(message), too_deep);
     return error();
   }
-  std::pair<std::optional<Scanned>, std::optional<Error>> error() { return {std::nullopt, std::move(error_)}; }
+  Result stop() {
+    error_ = Error{"stopped", pos_};
+    error_->stopped = true;
+    return error();
+  }
+  Result error() { return {std::nullopt, std::move(error_)}; }
   bool set_error(std::string message, bool too_deep = false) {
     error_ = Error{std::move(message), pos_, too_deep};
     return false;
@@ -129,6 +167,11 @@ class Scanner {
     const std::size_t start = pos_;
     if (!read_string()) return false;
     if (key) *key = decode_string(s_.substr(start, pos_ - start));
+    if (visitor_ && !visitor_->key({start, pos_ - start})) {
+      error_ = Error{"stopped", pos_};
+      error_->stopped = true;
+      return false;
+    }
     skip_space();
     if (at_end() || s_[pos_] != ':') return set_error("expected ':' after a key");
     ++pos_;
@@ -141,9 +184,8 @@ class Scanner {
     return true;
   }
 
+  // RFC 8259's grammar only: the value is never computed, so no number is out of range.
   bool read_number() {
-    const std::size_t start = pos_;
-    bool plain_integer = true;
     if (s_[pos_] == '-') ++pos_;
     if (at_end() || !is_digit(s_[pos_])) return set_error("invalid number");
     if (s_[pos_] == '0') {
@@ -152,32 +194,18 @@ class Scanner {
       while (!at_end() && is_digit(s_[pos_])) ++pos_;
     }
     if (!at_end() && s_[pos_] == '.') {
-      plain_integer = false;
       ++pos_;
       if (at_end() || !is_digit(s_[pos_])) return set_error("invalid number: digits must follow '.'");
       while (!at_end() && is_digit(s_[pos_])) ++pos_;
     }
     if (!at_end() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
-      plain_integer = false;
       ++pos_;
       if (!at_end() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
       if (at_end() || !is_digit(s_[pos_])) return set_error("invalid number: digits must follow the exponent");
       while (!at_end() && is_digit(s_[pos_])) ++pos_;
     }
-    // Only numbers that could be out of range are converted, and with Boost.JSON itself, so that every
-    // text this accepts also builds a tree with finite numbers (it reads 1e400 and 0e400 as infinity and
-    // NaN, and refuses exponents beyond its range).
-    if (limits_.refuse_out_of_range_numbers && (!plain_integer || pos_ - start > 18)) {
-      boost::json::error_code ec;
-      const auto value = boost::json::parse(s_.substr(start, pos_ - start), ec);
-      if (ec || (value.is_double() && !std::isfinite(value.get_double()))) {
-        pos_ = start;
-        return set_error("a number is out of the range of a double");
-      }
-    }
     return true;
   }
-
   // At the opening quote; leaves pos_ after the closing one.
   bool read_string() {
     ++pos_;
@@ -259,7 +287,9 @@ class Scanner {
 
   std::string_view s_;
   const Limits& limits_;
+  Visitor* visitor_;
   std::size_t pos_ = 0;
+  std::size_t values_ = 0;
   std::optional<Error> error_;
 };
 
@@ -305,20 +335,39 @@ std::pair<std::optional<Scanned>, std::optional<Error>> scan(std::string_view te
   return Scanner(text, limits).run();
 }
 
+std::optional<Error> walk(std::string_view text, Visitor& visitor, const Limits& limits) {
+  return Scanner(text, limits, &visitor).run().second;
+}
+
+bool is_non_finite(std::string_view number_text) {
+  return number_text == "NaN" || number_text == "Infinity" || number_text == "-Infinity";
+}
+
 std::vector<Member> members(std::string_view object_text) {
-  static const Limits unbounded{std::numeric_limits<std::size_t>::max(), false};
+  static const Limits unbounded{std::numeric_limits<std::size_t>::max()};
   auto [scanned, error] = scan(object_text, unbounded);
   if (!scanned || scanned->kind != Kind::object) return {};
   return std::move(scanned->members);
 }
 
 const Member* find(const std::vector<Member>& members, std::string_view key) {
-  for (auto it = members.rbegin(); it != members.rend(); ++it)
-    if (it->key == key) return &*it;
-  return nullptr;
+  std::uint64_t compared = 0;
+  const Member* found = nullptr;
+  for (auto it = members.rbegin(); it != members.rend(); ++it) {
+    ++compared;
+    if (it->key == key) {
+      found = &*it;
+      break;
+    }
+  }
+  t_operations += compared;
+  return found;
 }
 
+std::uint64_t operations() { return t_operations; }
+
 std::string decode_string(std::string_view literal) {
+  t_operations += literal.size();
   std::string out;
   if (literal.size() < 2) return out;
   std::string_view s = literal.substr(1, literal.size() - 2);

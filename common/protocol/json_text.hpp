@@ -2,11 +2,14 @@
 // gateway reads the few fields it owns and passes every other byte on exactly as it came (number texts
 // included: no round trip through a double, no re-encoding of strings).
 //
-// Work is linear in the input: one pass, an explicit stack for nesting, and no hashing of keys.
+// Work is linear in the input: one pass, an explicit stack for nesting, and no hashing of keys (a
+// frame of keys crafted to collide in a hash table costs what any frame of its size costs).
+// operations() counts that work, so tests can show it without a clock.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,17 +36,21 @@ struct Member {
   Slice value;
 };
 
+// Numbers are taken as written, whatever their size (1e400, a 40-digit integer): their texts are passed
+// on, never converted. The literals NaN, Infinity and -Infinity, which Python's json module writes for
+// float('nan') and float('inf'), are numbers too (is_non_finite() tells them apart).
 struct Limits {
   std::size_t max_depth = 64;  // nesting of arrays and objects; deeper is an error
-  // Numbers whose value is beyond a double (1e400) are refused. (The gateway passes number texts on
-  // unchanged, but its peers' parsers may not take them.)
-  bool refuse_out_of_range_numbers = true;
+  // Members of any one object; more is an error (too_many_members).
+  std::size_t max_object_members = std::numeric_limits<std::size_t>::max();
 };
 
 struct Error {
   std::string message;  // "invalid literal", "unterminated string", ...
   std::size_t offset = 0;
   bool too_deep = false;
+  bool too_many_members = false;
+  bool stopped = false;  // walk(): the visitor asked to stop
 };
 
 // The result of scanning one JSON text: the root's kind and place, and when the root is an object,
@@ -56,8 +63,29 @@ struct Scanned {
 };
 
 // Validates `text` as exactly one JSON value (RFC 8259, UTF-8, white space around it allowed; \u
-// escapes of UTF-16 surrogates only in high-low pairs).
+// escapes of UTF-16 surrogates only in high-low pairs; NaN, Infinity and -Infinity as numbers).
 std::pair<std::optional<Scanned>, std::optional<Error>> scan(std::string_view text, const Limits& limits = {});
+
+// Whether a number text is one of the literals NaN, Infinity, -Infinity.
+bool is_non_finite(std::string_view number_text);
+
+// What walk() reports, in document order. Each returns false to stop the walk.
+class Visitor {
+ public:
+  virtual ~Visitor() = default;
+  // An array or object opens at `offset`.
+  virtual bool begin(Kind container, std::size_t offset) = 0;
+  // A member's key (the string literal, quotes included), before its value.
+  virtual bool key(Slice literal) = 0;
+  // A value that is neither an array nor an object.
+  virtual bool scalar(Kind kind, Slice value) = 0;
+  // The array or object opened last is complete; `value` is all of it.
+  virtual bool end(Kind container, Slice value) = 0;
+};
+
+// Validates `text` as scan() does and reports every value to `visitor`: one pass, no tree. An error
+// (or the visitor's stop, Error::stopped) ends the walk; what was reported until then stays reported.
+std::optional<Error> walk(std::string_view text, Visitor& visitor, const Limits& limits = {});
 
 // The members of an object text that is already known to be valid JSON (from scan()); empty for
 // anything that is not an object. Slices are relative to `object_text`.
@@ -76,5 +104,9 @@ std::string quote(std::string_view s);
 
 // `text` with each slice replaced by its new text. Edits must not overlap; any order.
 std::string splice(std::string_view text, std::vector<std::pair<Slice, std::string>> edits);
+
+// The work done by this thread's scans, walks, lookups and decodes since it started: one per byte
+// examined, one per value, one per key compared. Tests read the difference before and after.
+std::uint64_t operations();
 
 }  // namespace rjg::jsontext

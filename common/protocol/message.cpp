@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 
@@ -18,12 +19,15 @@ struct MessageAccess {
 
 namespace {
 
-bool valid_id(Kind kind) { return kind == Kind::string || kind == Kind::number; }
+bool valid_id(Kind kind, std::string_view text) {
+  return kind == Kind::string || (kind == Kind::number && !jsontext::is_non_finite(text));
+}
 
 Slice shifted(Slice inner, std::size_t by) { return {inner.offset + by, inner.size}; }
 
 int number_to_int(std::string_view text) {
   const double v = std::strtod(std::string(text).c_str(), nullptr);
+  if (std::isnan(v)) return 0;
   if (v >= std::numeric_limits<int>::max()) return std::numeric_limits<int>::max();
   if (v <= std::numeric_limits<int>::min()) return std::numeric_limits<int>::min();
   return static_cast<int>(v);
@@ -39,7 +43,8 @@ Classified MessageAccess::classify(std::string_view body, jsontext::Scanned scan
   }
   const auto& members = scanned.members;
   const Member* id = jsontext::find(members, "id");
-  const std::string id_text = id && valid_id(id->kind) ? std::string(id->value.of(body)) : "null";
+  const bool id_ok = id && valid_id(id->kind, id->value.of(body));
+  const std::string id_text = id_ok ? std::string(id->value.of(body)) : "null";
   auto invalid = [&](std::string message) {
     return ProtocolError{protocol::kInvalidRequest, "Invalid Request: " + std::move(message), id_text};
   };
@@ -58,7 +63,7 @@ Classified MessageAccess::classify(std::string_view body, jsontext::Scanned scan
       m.params_ = params->value;
       m.params_kind_ = params->kind;
     }
-    if (id && !valid_id(id->kind)) return invalid("\"id\" must be a string or a number");
+    if (id && !id_ok) return invalid("\"id\" must be a string or a finite number");
     m.kind = id ? Message::Kind::request : Message::Kind::notification;
     m.method_ = jsontext::decode_string(method->value.of(body));
     m.text_ = body;
@@ -81,7 +86,7 @@ Classified MessageAccess::classify(std::string_view body, jsontext::Scanned scan
     if (const Member* data = jsontext::find(fields, "data")) m.error_data_ = shifted(data->value, error->value.offset);
     m.kind = Message::Kind::error_response;
   } else {
-    if (!valid_id(id->kind)) return invalid("\"id\" must be a string or a number");
+    if (!id_ok) return invalid("\"id\" must be a string or a finite number");
     m.result_ = result->value;
     m.kind = Message::Kind::response;
   }
@@ -90,15 +95,108 @@ Classified MessageAccess::classify(std::string_view body, jsontext::Scanned scan
 }
 
 Classified parse_message(std::string_view body, const JsonLimits& limits) {
-  auto [scanned, error] = jsontext::scan(body, jsontext::Limits{limits.max_depth, true});
+  auto [scanned, error] = jsontext::scan(body, jsontext::Limits{limits.max_depth, limits.max_object_members});
   if (error) {
+    if (error->too_many_members)
+      return ProtocolError{protocol::kInvalidRequest,
+                           fmt::format("Invalid Request: the object at byte {} has more than {} members, the most "
+                                       "this server accepts in one object (max_object_members)",
+                                       error->offset, limits.max_object_members),
+                           top_level_id(body)};
     std::string what = error->too_deep ? fmt::format("Parse error: JSON nesting is deeper than {} levels",
                                                      limits.max_depth)
                                        : fmt::format("Parse error: {} (at byte {})", error->message, error->offset);
-    return ProtocolError{protocol::kParseError, std::move(what)};
+    return ProtocolError{protocol::kParseError, std::move(what), top_level_id(body)};
   }
   return MessageAccess::classify(body, std::move(*scanned));
 }
+
+namespace {
+
+// The lenient scan of top_level_id: a cursor that skips values without judging them.
+class LenientScan {
+ public:
+  explicit LenientScan(std::string_view s) : s_(s) {}
+
+  std::string id() {
+    std::string found = "null";
+    skip_space();
+    if (!take('{')) return found;
+    for (;;) {
+      skip_space();
+      if (at_end() || s_[pos_] != '"') return found;
+      const std::size_t key_start = pos_;
+      if (!skip_string()) return found;
+      const std::string_view key = s_.substr(key_start, pos_ - key_start);
+      skip_space();
+      if (!take(':')) return found;
+      skip_space();
+      const std::size_t value_start = pos_;
+      if (!skip_value()) return found;
+      std::string_view value = s_.substr(value_start, pos_ - value_start);
+      while (!value.empty() && (value.back() == ' ' || value.back() == '\t' || value.back() == '\n' ||
+                                value.back() == '\r'))
+        value.remove_suffix(1);
+      // An escaped key ("\u0069d") is at most 14 bytes long; longer keys are not "id".
+      if (key.size() <= 14 && jsontext::decode_string(key) == "id") found = valid(value) ? std::string(value) : "null";
+      skip_space();
+      if (!take(',')) return found;
+    }
+  }
+
+ private:
+  static bool valid(std::string_view value) {
+    auto [scanned, error] = jsontext::scan(value);
+    return scanned && valid_id(scanned->kind, value);
+  }
+  bool at_end() const { return pos_ >= s_.size(); }
+  void skip_space() {
+    while (!at_end() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
+  }
+  bool take(char c) {
+    if (at_end() || s_[pos_] != c) return false;
+    ++pos_;
+    return true;
+  }
+  // At a quote; false when the string does not end.
+  bool skip_string() {
+    ++pos_;
+    while (!at_end()) {
+      const char c = s_[pos_++];
+      if (c == '"') return true;
+      if (c == '\\') ++pos_;
+    }
+    return false;
+  }
+  // Up to the ',' or '}' that ends a top-level value; false when brackets do not match or the text ends
+  // inside a string or a container.
+  bool skip_value() {
+    std::vector<char> closers;
+    while (!at_end()) {
+      const char c = s_[pos_];
+      if (closers.empty() && (c == ',' || c == '}')) return true;
+      if (c == '"') {
+        if (!skip_string()) return false;
+        continue;
+      }
+      if (c == '{') closers.push_back('}');
+      else if (c == '[') closers.push_back(']');
+      else if (c == '}' || c == ']') {
+        if (closers.empty() || closers.back() != c) return false;
+        closers.pop_back();
+      }
+      ++pos_;
+    }
+    return false;
+  }
+
+  std::string_view s_;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::string top_level_id(std::string_view body) { return LenientScan(body).id(); }
 
 std::string Message::with_id(std::string_view id_text, std::vector<std::pair<Slice, std::string>> edits) const {
   if (id_) edits.emplace_back(*id_, std::string(id_text));

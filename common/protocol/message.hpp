@@ -11,6 +11,7 @@
 
 #include <boost/json.hpp>
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,6 +24,9 @@ using jsontext::Slice;
 
 struct JsonLimits {
   std::size_t max_depth = 64;
+  // Members of any one object ([gateway] max_object_members on a client connection; a worker's
+  // messages are not bounded).
+  std::size_t max_object_members = std::numeric_limits<std::size_t>::max();
 };
 
 class Message {
@@ -78,8 +82,16 @@ struct ProtocolError {
 
 using Classified = std::variant<Message, ProtocolError>;
 
-// Validates and classifies one frame body: -32700 for invalid JSON, -32600 for an invalid message.
+// Validates and classifies one frame body: -32700 for invalid JSON, -32600 for an invalid message (or
+// an object with more members than the limit). Either answer carries the request's id when it can be
+// read, even from a body that is not JSON (top_level_id). An id is a string or a finite number;
+// NaN and Infinity are refused as ids, as the gateway never writes them.
 Classified parse_message(std::string_view body, const JsonLimits& limits = {});
+
+// The id of a body that may not be valid JSON: the text of the last "id" member at the top level of
+// the object (never one nested deeper), when it is a valid id; "null" otherwise. A lenient scan that
+// skips broken values, and stops where the object's structure breaks. Linear in the body.
+std::string top_level_id(std::string_view body);
 
 // Why a server cannot dispatch a client's request or notification: the method is not one the
 // protocol defines for clients, or it came as the wrong kind (a notification with an id, a request

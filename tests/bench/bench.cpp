@@ -1,10 +1,14 @@
 // rjg-bench: the cost of the gateway per keyword call. Starts the real gateway (serving the test
 // worker) and the same test worker directly over TCP, then runs Echo calls through both, measured
 // alternately in rounds so that machine noise hits both alike. Prints a table; never fails on numbers.
+#include "common/pickle/pickle_policy.hpp"
+#include "common/protocol/params.hpp"
 #include "gateway/cli/client.hpp"
 #include "tests/integration/harness.hpp"
+#include "tests/unit/hash_flood.hpp"
 
 #include <fmt/format.h>
+#include <malloc.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -26,14 +30,80 @@ struct Options {
   std::size_t payload_bytes = 16;
   int warmup = 200;
   std::string log_level = "warn";
+  unsigned flood_stages = 17;       // 2^N keys in the hash-flooding frame for the gateway's scanner
+  unsigned boost_flood_stages = 14;  // 2^N keys for Boost.JSON's parse (quadratic under the flood)
 };
 
 constexpr std::string_view kUsage = R"(Usage: rjg-bench [--rounds N] [--calls N] [--payload-bytes N] [--warmup N] [--log-level LEVEL]
+                 [--flood-stages N] [--boost-flood-stages N]
 
 Runs N Echo calls per round through the gateway and directly against the test worker, alternating
 gateway and direct each round, and prints round-trip latency (p50, p99, microseconds) and throughput.
-Defaults: --rounds 10 --calls 2000 --payload-bytes 16 --warmup 200 --log-level warn.
+First it prints the parse time of a hash-flooding frame (2^N keys that collide in Boost.JSON's hash
+table) next to a normal frame of the same size: the gateway's scanner (classify, bind, pickle check)
+with --flood-stages keys, and Boost.JSON's parse with --boost-flood-stages keys (0: skip), for contrast.
+Defaults: --rounds 10 --calls 2000 --payload-bytes 16 --warmup 200 --log-level warn --flood-stages 17
+--boost-flood-stages 14.
 )";
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// The best of `runs` timings of f.
+template <typename F>
+double best_time(int runs, F&& f) {
+  double best = 1e300;
+  for (int i = 0; i < runs; ++i) {
+    const auto start = Clock::now();
+    f();
+    best = std::min(best, seconds_since(start));
+  }
+  return best;
+}
+
+// The relay path's parsing of one run_keyword frame whose kwargs is `object`: classify, bind, pickle check.
+void scan_frame(const std::string& body) {
+  auto classified = parse_message(body, JsonLimits{64, std::size_t{1} << 24});
+  const auto* m = std::get_if<Message>(&classified);
+  if (!m) throw std::runtime_error("the flood frame was not classified");
+  auto bound = params::bind_run_keyword(*m);
+  const auto* p = std::get_if<params::RunKeyword>(&bound);
+  if (!p) throw std::runtime_error("the flood frame's params did not bind");
+  if (inspect_pickles_text(p->of(p->kwargs), PickleMode::data_only, "kwargs"))
+    throw std::runtime_error("the flood frame's pickle check refused it");
+}
+
+void flood_report(const Options& o) {
+  // Boost.JSON's salt is the table's address: with a fixed mmap threshold a large table is always
+  // mmapped, at a page boundary plus malloc's header, which the colliding keys are made for.
+  ::mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+  std::cout << "\nparse time of one frame: keys crafted to collide in Boost.JSON's hash table vs ordinary keys\n"
+            << fmt::format("{:<28} {:>9} {:>11} {:>12} {:>12} {:>8}\n", "parser", "keys", "frame bytes",
+                           "colliding ms", "ordinary ms", "ratio");
+  auto row = [](std::string_view parser, unsigned stages, std::size_t bytes, double flood, double plain) {
+    std::cout << fmt::format("{:<28} {:>9} {:>11} {:>12.2f} {:>12.2f} {:>8.2f}\n", parser, std::size_t{1} << stages,
+                             bytes, flood * 1e3, plain * 1e3, plain > 0 ? flood / plain : 0);
+  };
+  // Boost.JSON first: later frees leave free heap that a large table could be carved from, at an
+  // address the keys are not made for.
+  if (o.boost_flood_stages > 0) {
+    const std::string flood = object_of_keys(colliding_keys(o.boost_flood_stages));
+    const std::string plain = object_of_keys(ordinary_keys(o.boost_flood_stages));
+    const double t_plain = best_time(3, [&] { (void)json::parse(plain); });
+    const double t_flood = best_time(1, [&] { (void)json::parse(flood); });
+    row("Boost.JSON json::parse", o.boost_flood_stages, flood.size(), t_flood, t_plain);
+  }
+  if (o.flood_stages > 0) {
+    auto frame = [](const std::vector<std::string>& keys) {
+      return fmt::format(R"({{"jsonrpc":"2.0","id":1,"method":"robot/run_keyword","params":{{"library_token":"t",)"
+                         R"("name":"Echo","args":[],"kwargs":{}}}}})",
+                         object_of_keys(keys));
+    };
+    const std::string flood = frame(colliding_keys(o.flood_stages)), plain = frame(ordinary_keys(o.flood_stages));
+    const double t_plain = best_time(3, [&] { scan_frame(plain); });
+    const double t_flood = best_time(3, [&] { scan_frame(flood); });
+    row("gateway scanner (relay path)", o.flood_stages, flood.size(), t_flood, t_plain);
+  }
+}
 
 struct Target {
   std::string name;
@@ -87,11 +157,16 @@ bool parse_options(int argc, char** argv, Options& o) {
       o.warmup = std::stoi(next());
     } else if (a == "--log-level") {
       o.log_level = next();
+    } else if (a == "--flood-stages") {
+      o.flood_stages = static_cast<unsigned>(std::stoul(next()));
+    } else if (a == "--boost-flood-stages") {
+      o.boost_flood_stages = static_cast<unsigned>(std::stoul(next()));
     } else {
       throw std::invalid_argument("unknown option " + a);
     }
   }
   if (o.rounds < 1 || o.calls < 1 || o.warmup < 0) throw std::invalid_argument("counts must be positive");
+  if (o.flood_stages > 20 || o.boost_flood_stages > 20) throw std::invalid_argument("flood stages go up to 20");
   return true;
 }
 
@@ -110,6 +185,11 @@ int main(int argc, char** argv) {
   std::cout << fmt::format("rjg-bench: {} rounds x {} Echo calls, payload {} bytes, warm-up {} calls\n", o.rounds,
                            o.calls, o.payload_bytes, o.warmup);
   std::cout << fmt::format("gateway: {}\nworker:  {}\n", gateway_binary(), test_worker_binary());
+  try {
+    flood_report(o);
+  } catch (const std::exception& e) {
+    std::cerr << "rjg-bench: flood frames: " << e.what() << "\n";
+  }
 
   GatewayOptions gopts;
   gopts.log_level = o.log_level;

@@ -6,6 +6,7 @@
 // default limits refuse; the JSON inspector agrees with the raw scanner (same verdict, reason and
 // offset, at the right path), "deny" refuses and "allow" admits.
 #include "common/pickle/pickle_policy.hpp"
+#include "common/protocol/json_text.hpp"
 
 #include "fuzz_common.hpp"
 
@@ -73,6 +74,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     RJG_FUZZ_CHECK(inspected->path == "args[0]", "the JSON inspector names the wrong path: " + inspected->path);
     RJG_FUZZ_CHECK(!rjg::describe(*inspected, "Lib").empty(), "an empty description");
   }
+  // The text inspector (the gateway's) agrees with the tree inspector on the same value, and on the
+  // input itself taken as a JSON text it never crashes, and refuses what is not JSON.
+  const auto text_inspected = rjg::inspect_pickles_text(json::serialize(message), rjg::PickleMode::data_only, "");
+  RJG_FUZZ_CHECK(text_inspected.has_value() == inspected.has_value(), "the text and tree inspectors disagree");
+  if (text_inspected && inspected)
+    RJG_FUZZ_CHECK(text_inspected->reason == inspected->reason && text_inspected->path == inspected->path &&
+                       text_inspected->offset == inspected->offset,
+                   "the text inspector gives another verdict: " + text_inspected->path + ": " + text_inspected->reason);
+  const bool is_json = rjg::jsontext::scan(bytes).first.has_value();
+  const auto as_text = rjg::inspect_pickles_text(bytes, rjg::PickleMode::data_only, "v");
+  if (!is_json) RJG_FUZZ_CHECK(as_text.has_value(), "the text inspector admitted a text that is not JSON");
   const auto denied = rjg::inspect_pickles(message, rjg::PickleMode::deny, "params");
   RJG_FUZZ_CHECK(denied.has_value() && denied->path == "params.args[0]", "deny did not refuse at params.args[0]");
   RJG_FUZZ_CHECK(!rjg::inspect_pickles(message, rjg::PickleMode::allow, "").has_value(), "allow refused");

@@ -7,7 +7,11 @@
 // with the small builders below, opcode by opcode.
 #include "common/pickle/pickle_policy.hpp"
 
+#include "common/protocol/json_text.hpp"
+#include "tests/unit/hash_flood.hpp"
+
 #include <boost/json.hpp>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -676,37 +680,54 @@ std::string pickled_json(std::string_view pickle) { return R"({"__pickled__":")"
 const std::string kPlain = P4 + kEmptyList + kMemo + int1(1) + kAppend + kStop;
 const std::string kEvil = hex_to_bytes(kPythonMade[3].hex);
 
+// The tree inspector and the text inspector (what the gateway uses) on the same value: they must agree
+// on every refusal, its path, reason and offset.
+std::optional<rjg::PickleRefusal> inspect_both(const json::value& v, PickleMode mode, std::string_view path,
+                                               const PickleLimits& limits = {}) {
+  auto tree = inspect_pickles(v, mode, path, limits);
+  auto text = rjg::inspect_pickles_text(json::serialize(v), mode, path, limits);
+  EXPECT_EQ(tree.has_value(), text.has_value()) << json::serialize(v).substr(0, 200);
+  if (tree && text) {
+    EXPECT_EQ(tree->path, text->path);
+    EXPECT_EQ(tree->reason, text->reason);
+    EXPECT_EQ(tree->offset, text->offset);
+    EXPECT_EQ(tree->mode, text->mode);
+  }
+  return text;
+}
+
+
 TEST(PickleJson, ValuesWithoutPicklesPassInEveryMode) {
   auto v = json::parse(R"({"args":[1,"x",null,true,[{"a":{"b":[]}}]],"kwargs":{"__pickled":"8004"}})");
   for (auto mode : {PickleMode::allow, PickleMode::data_only, PickleMode::deny})
-    EXPECT_FALSE(inspect_pickles(v, mode, "").has_value());
+    EXPECT_FALSE(inspect_both(v, mode, "").has_value());
 }
 
 TEST(PickleJson, FindsPickledValuesAnywhereAndNamesTheirPath) {
   auto v = json::parse(R"({"args":[1,)" + pickled_json(kPlain) + "," + pickled_json(kEvil) + R"(]})");
-  auto r = inspect_pickles(v.at("args"), PickleMode::data_only, "args");
+  auto r = inspect_both(v.at("args"), PickleMode::data_only, "args");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->path, "args[2]");
   EXPECT_EQ(r->reason, "class posix.system is not allowed");
   EXPECT_EQ(r->offset, 28u);
 
   v = json::parse(R"({"data":{"x":[)" + pickled_json(kEvil) + "]}}");
-  r = inspect_pickles(v, PickleMode::data_only, "kwargs");
+  r = inspect_both(v, PickleMode::data_only, "kwargs");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->path, "kwargs.data.x[0]");
 
   v = json::parse(R"({"keywords":[{},{},{},{"args":[{"name":"a"},{"name":"b","default":)" + pickled_json(kEvil) +
                   "}]}]}");
-  r = inspect_pickles(v, PickleMode::data_only, "definition");
+  r = inspect_both(v, PickleMode::data_only, "definition");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->path, "definition.keywords[3].args[1].default");
 
   v = json::parse(R"({"my key":{"0":)" + pickled_json(kEvil) + "}}");
-  r = inspect_pickles(v, PickleMode::data_only, "");
+  r = inspect_both(v, PickleMode::data_only, "");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->path, R"(["my key"]["0"])");
 
-  r = inspect_pickles(json::parse(pickled_json(kEvil)), PickleMode::data_only, "result");
+  r = inspect_both(json::parse(pickled_json(kEvil)), PickleMode::data_only, "result");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->path, "result");
 }
@@ -714,11 +735,11 @@ TEST(PickleJson, FindsPickledValuesAnywhereAndNamesTheirPath) {
 TEST(PickleJson, ModesApplyToWellFormedValues) {
   auto plain = json::parse(pickled_json(kPlain));
   auto evil = json::parse(pickled_json(kEvil));
-  EXPECT_FALSE(inspect_pickles(plain, PickleMode::data_only, "result").has_value());
-  EXPECT_TRUE(inspect_pickles(evil, PickleMode::data_only, "result").has_value());
-  EXPECT_FALSE(inspect_pickles(plain, PickleMode::allow, "result").has_value());
-  EXPECT_FALSE(inspect_pickles(evil, PickleMode::allow, "result").has_value());
-  auto denied = inspect_pickles(plain, PickleMode::deny, "result");
+  EXPECT_FALSE(inspect_both(plain, PickleMode::data_only, "result").has_value());
+  EXPECT_TRUE(inspect_both(evil, PickleMode::data_only, "result").has_value());
+  EXPECT_FALSE(inspect_both(plain, PickleMode::allow, "result").has_value());
+  EXPECT_FALSE(inspect_both(evil, PickleMode::allow, "result").has_value());
+  auto denied = inspect_both(plain, PickleMode::deny, "result");
   ASSERT_TRUE(denied.has_value());
   EXPECT_FALSE(denied->offset.has_value());
   EXPECT_EQ(denied->mode, PickleMode::deny);
@@ -744,12 +765,12 @@ TEST(PickleJson, MalformedPickledObjectsAreRefusedUnlessAllowed) {
   for (const auto& [text, what] : cases) {
     SCOPED_TRACE(text.substr(0, 80));
     auto v = json::parse("[0," + text + "]");
-    auto r = inspect_pickles(v, PickleMode::data_only, "args");
+    auto r = inspect_both(v, PickleMode::data_only, "args");
     ASSERT_TRUE(r.has_value());
     EXPECT_NE(r->reason.find(what), std::string::npos) << r->reason;
     EXPECT_EQ(r->path, "args[1]");
-    EXPECT_TRUE(inspect_pickles(v, PickleMode::deny, "args").has_value());
-    EXPECT_FALSE(inspect_pickles(v, PickleMode::allow, "args").has_value());
+    EXPECT_TRUE(inspect_both(v, PickleMode::deny, "args").has_value());
+    EXPECT_FALSE(inspect_both(v, PickleMode::allow, "args").has_value());
   }
 }
 
@@ -757,18 +778,18 @@ TEST(PickleJson, MalformedPickledObjectsAreRefusedUnlessAllowed) {
 // Boost.JSON), so the value checked is the value a Python peer would unpickle.
 TEST(PickleJson, KeysAreRecognizedAsAPythonPeerReadsThem) {
   auto escaped = json::parse(R"({"\u005f_pickled__":")" + to_hex(kEvil) + R"("})");
-  auto r = inspect_pickles(escaped, PickleMode::data_only, "result");
+  auto r = inspect_both(escaped, PickleMode::data_only, "result");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->reason, "class posix.system is not allowed");
 
   auto duplicate = json::parse(R"({"__pickled__":")" + to_hex(kPlain) + R"(","__pickled__":")" + to_hex(kEvil) + R"("})");
-  r = inspect_pickles(duplicate, PickleMode::data_only, "result");
+  r = inspect_both(duplicate, PickleMode::data_only, "result");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->reason, "class posix.system is not allowed");
 }
 
 TEST(PickleJson, DescribeSaysWhatWhereAndWhichKeyToChange) {
-  auto r = inspect_pickles(json::parse(R"({"data":)" + pickled_json(kEvil) + "}"), PickleMode::data_only, "kwargs");
+  auto r = inspect_both(json::parse(R"({"data":)" + pickled_json(kEvil) + "}"), PickleMode::data_only, "kwargs");
   ASSERT_TRUE(r.has_value());
   auto text = describe(*r, "Echo");
   EXPECT_NE(text.find("kwargs.data"), std::string::npos) << text;
@@ -776,7 +797,7 @@ TEST(PickleJson, DescribeSaysWhatWhereAndWhichKeyToChange) {
   EXPECT_NE(text.find("byte 28"), std::string::npos) << text;
   EXPECT_NE(text.find("set pickle = \"allow\" for library 'Echo'"), std::string::npos) << text;
 
-  r = inspect_pickles(json::parse(pickled_json(kPlain)), PickleMode::deny, "result");
+  r = inspect_both(json::parse(pickled_json(kPlain)), PickleMode::deny, "result");
   ASSERT_TRUE(r.has_value());
   text = describe(*r, "Echo");
   EXPECT_NE(text.find("result"), std::string::npos) << text;
@@ -788,9 +809,92 @@ TEST(PickleJson, OversizedHexIsRefusedBeforeDecoding) {
   PickleLimits limits;
   limits.max_bytes = 8;
   auto v = json::parse(pickled_json(P4 + str("abcdefgh") + kStop));
-  auto r = inspect_pickles(v, PickleMode::data_only, "result", limits);
+  auto r = inspect_both(v, PickleMode::data_only, "result", limits);
   ASSERT_TRUE(r.has_value());
   EXPECT_NE(r->reason.find("larger than the limit of 8"), std::string::npos) << r->reason;
 }
 
 }  // namespace
+
+namespace rjg_pickle_text {
+
+using rjg::inspect_pickles_text;
+
+// What only the text inspector can do: values a tree cannot hold travel past it, and keys are read as
+// written (escapes, duplicates) without a tree.
+TEST(PickleText, WalksValuesNoTreeCanHold) {
+  const std::string evil = R"({"__pickled__":")" + to_hex(kEvil) + R"("})";
+  const std::string around = R"({"n":[NaN,Infinity,-Infinity,1e400,1234567890123456789012345678901234567890,-0.0],"v":)";
+  auto r = inspect_pickles_text(around + evil + "}", PickleMode::data_only, "kwargs");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->path, "kwargs.v");
+  EXPECT_EQ(r->reason, "class posix.system is not allowed");
+  EXPECT_FALSE(inspect_pickles_text(around + pickled_json(kPlain) + "}", PickleMode::data_only, "kwargs").has_value());
+  EXPECT_FALSE(inspect_pickles_text("[NaN,-Infinity]", PickleMode::deny, "args").has_value());
+}
+
+TEST(PickleText, KeysAsAPythonPeerReadsThem) {
+  // An escaped key is the same key; so is one with every character escaped.
+  auto r = inspect_pickles_text(R"({"\u005f_pickled__":")" + to_hex(kEvil) + R"("})", PickleMode::data_only, "result");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->reason, "class posix.system is not allowed");
+  std::string all_escaped = "\"";
+  for (char c : std::string_view("__pickled__")) all_escaped += fmt::format("\\u{:04x}", c);
+  r = inspect_pickles_text("[{" + all_escaped + R"(":")" + to_hex(kEvil) + R"("}])", PickleMode::data_only, "args");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->path, "args[0]");
+  // Of two, the last counts (as in Python): a benign last one is admitted, an evil last one refused.
+  const std::string plain_hex = to_hex(kPlain), evil_hex = to_hex(kEvil);
+  EXPECT_FALSE(inspect_pickles_text(R"({"__pickled__":")" + evil_hex + R"(","__pickled__":")" + plain_hex + R"("})",
+                                    PickleMode::data_only, "result"));
+  EXPECT_TRUE(inspect_pickles_text(R"({"__pickled__":")" + plain_hex + R"(","__pickled__":")" + evil_hex + R"("})",
+                                   PickleMode::data_only, "result"));
+  // A hex string with escapes is read decoded.
+  std::string escaped_hex = plain_hex;
+  escaped_hex.replace(0, 1, "\\u0038");  // '8'
+  EXPECT_FALSE(inspect_pickles_text(R"({"__pickled__":")" + escaped_hex + R"("})", PickleMode::data_only, "r"));
+  // Many other members are summarized.
+  std::string many = R"({"__pickled__":")" + plain_hex + "\"";
+  for (int i = 0; i < 20; ++i) many += fmt::format(R"(,"k{}":1)", i);
+  r = inspect_pickles_text(many + "}", PickleMode::data_only, "r");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_NE(r->reason.find("and 12 more"), std::string::npos) << r->reason;
+}
+
+TEST(PickleText, PathsNameEveryStep) {
+  const std::string evil = pickled_json(kEvil);
+  auto r = inspect_pickles_text(R"({"a b":[0,{"x\"y":[[1,)" + evil + "]]}]}", PickleMode::data_only, "kwargs");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->path, R"(kwargs["a b"][1]["x\"y"][0][1])");
+  r = inspect_pickles_text(R"({"params":{"message":)" + evil + "}}", PickleMode::data_only, "");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->path, "params.message");
+}
+
+TEST(PickleText, InvalidJsonIsRefused) {
+  auto r = inspect_pickles_text("[1,", PickleMode::data_only, "args");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_NE(r->reason.find("not valid JSON"), std::string::npos) << r->reason;
+  EXPECT_FALSE(inspect_pickles_text("[1,", PickleMode::allow, "args").has_value());
+}
+
+// The walk costs the same for keys that flood Boost.JSON's hash table as for ordinary keys, and twice
+// the keys cost twice the work (counted by jsontext::operations(), not timed).
+TEST(PickleText, WorkIsLinearUnderCollidingKeys) {
+  std::vector<double> per_byte;
+  for (unsigned stages : {17u, 18u}) {
+    const std::string flood = "[" + rjg::test::object_of_keys(rjg::test::colliding_keys(stages)) + "," + pickled_json(kPlain) + "]";
+    const std::string plain = "[" + rjg::test::object_of_keys(rjg::test::ordinary_keys(stages)) + "," + pickled_json(kPlain) + "]";
+    ASSERT_EQ(flood.size(), plain.size());
+    auto before = rjg::jsontext::operations();
+    EXPECT_FALSE(inspect_pickles_text(flood, PickleMode::data_only, "args").has_value());
+    const auto flood_work = rjg::jsontext::operations() - before;
+    before = rjg::jsontext::operations();
+    EXPECT_FALSE(inspect_pickles_text(plain, PickleMode::data_only, "args").has_value());
+    EXPECT_EQ(rjg::jsontext::operations() - before, flood_work);
+    per_byte.push_back(static_cast<double>(flood_work) / static_cast<double>(flood.size()));
+  }
+  EXPECT_NEAR(per_byte[1], per_byte[0], per_byte[0] / 100);
+}
+
+}  // namespace rjg_pickle_text

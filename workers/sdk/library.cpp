@@ -86,6 +86,12 @@ Library& Library::keyword(std::string name, std::vector<Arg> args, std::string d
   return *this;
 }
 
+Library& Library::raw_keyword(std::string name, std::string doc, KeywordBody body) {
+  keyword(std::move(name), {Arg::var_positional("args"), Arg::var_named("kwargs")}, std::move(doc), std::move(body));
+  keywords_.back().raw = true;
+  return *this;
+}
+
 Library& Library::on_import(std::function<void(ImportContext&)> hook) {
   import_hook_ = std::move(hook);
   return *this;

@@ -104,10 +104,24 @@ class Output {
   virtual void write_raw(std::string_view bytes) = 0;
 };
 
-// Arguments of the robot/import_library call that created a library instance.
+// Fails a keyword or an import with a JSON-RPC error answer (not a keyword failure result): code,
+// message and `data`, a JSON text sent as it is ("" for none).
+class RpcError : public std::runtime_error {
+ public:
+  RpcError(int code, std::string message, std::string data_text = {})
+      : std::runtime_error(std::move(message)), code(code), data_text(std::move(data_text)) {}
+  int code;
+  std::string data_text;
+};
+
+// Arguments of the robot/import_library call that created a library instance. The trees are empty
+// when the texts hold what a tree cannot (NaN, Infinity, a number beyond a double); the texts are
+// always the ones sent ("" when absent).
 struct ImportArgs {
   json::array args;
   json::object kw_args;
+  std::string args_text;
+  std::string kw_args_text;
 };
 
 // What an on_import hook sees. `state` is the instance's own storage (one per import token); put
@@ -116,6 +130,9 @@ struct ImportContext {
   const std::string& library;
   const ImportArgs& import;
   std::any& state;
+  // Members added to the import result next to token and definition (the protocol lets a peer add
+  // fields; the test worker uses it to send values the gateway must check).
+  json::object extra_result{};
 };
 
 // One keyword invocation: bound and converted arguments, and a way to talk to the client.
@@ -154,6 +171,21 @@ class Call {
 
   // Test-only: bytes straight into the protocol stream, bypassing framing (see Output::write_raw).
   void write_raw(std::string_view bytes) { out_.write_raw(bytes); }
+  // A whole notification (its JSON text), framed and sent at once.
+  void notify_raw(std::string_view json_text) { out_.send(json_text); }
+
+  // The args and kwargs exactly as the caller sent them ("" when absent): number texts, escapes and
+  // NaN/Infinity included. For keywords declared with Library::raw_keyword, the only way to read them.
+  std::string_view args_text() const { return args_text_; }
+  std::string_view kwargs_text() const { return kwargs_text_; }
+  // Makes the keyword's result this JSON text, sent as it is (it must be valid JSON; NaN, Infinity
+  // and numbers of any size are allowed); the value the body returns is then ignored.
+  void return_raw(std::string json_text) { raw_result_ = std::move(json_text); }
+  const std::optional<std::string>& raw_result() const { return raw_result_; }
+  void set_texts(std::string_view args, std::string_view kwargs) {
+    args_text_ = args;
+    kwargs_text_ = kwargs;
+  }
 
  private:
   std::int64_t as_int64(std::string_view name) const;
@@ -168,6 +200,8 @@ class Call {
   const ImportArgs& import_;
   std::any& state_;
   Output& out_;
+  std::string_view args_text_, kwargs_text_;
+  std::optional<std::string> raw_result_;
 };
 
 template <typename T>
@@ -208,6 +242,7 @@ struct Keyword {
   std::string doc;
   KeywordBody body;
   std::vector<std::string> tags;
+  bool raw = false;  // Library::raw_keyword: arguments as texts, no binding
 };
 
 class Library {
@@ -218,6 +253,10 @@ class Library {
   // protocol cannot express (kinds out of order, a required positional after an optional one).
   Library& keyword(std::string name, std::vector<Arg> args, std::string doc, KeywordBody body,
                    std::vector<std::string> tags = {});
+  // Registers a keyword that takes any arguments (*args, **kwargs) and gets them only as the texts the
+  // caller sent (Call::args_text(), kwargs_text()): no tree is built, so values a tree cannot hold
+  // (NaN, Infinity, 1e400, 40-digit integers) reach it unchanged, and Call::return_raw sends them back.
+  Library& raw_keyword(std::string name, std::string doc, KeywordBody body);
 
   // Called for each robot/import_library with that import's arguments; throwing fails the import
   // with a JSON-RPC error carrying the exception's message.
@@ -226,6 +265,14 @@ class Library {
   // Called with the params of robot/initialize before it is answered; returning false leaves the
   // request unanswered. Meant for fault injection (delays, hangs) in tests.
   Library& on_initialize(std::function<bool(const json::value& params)> hook);
+
+  // server_info.name in the robot/initialize answer; the library's name unless set. (The test worker
+  // poses as the reference server with it.)
+  Library& server_name(std::string name) {
+    server_name_ = std::move(name);
+    return *this;
+  }
+  const std::string& server_name() const { return server_name_.empty() ? name_ : server_name_; }
 
   const std::string& name() const { return name_; }
   const std::string& doc() const { return doc_; }
@@ -247,6 +294,7 @@ class Library {
   std::vector<Keyword> keywords_;
   std::function<void(ImportContext&)> import_hook_;
   std::function<bool(const json::value&)> initialize_hook_;
+  std::string server_name_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -295,7 +343,8 @@ class Session final : private ServerMethods {
   std::string new_token();
   // Keywords run on the calling thread, blocking it until they return.
   void on_run_keyword(const Message& request, params::RunKeyword params) override;
-  json::value run_keyword(const params::RunKeyword& call);
+  // The whole answer's text: a result (possibly raw), or an RpcError's error answer.
+  std::string run_keyword(const Message& request, const params::RunKeyword& call);
   void on_finalize_library(const Message& request, params::FinalizeLibrary params) override;
   // The end: robot/exit sets done().
   void on_shutdown(const Message& request) override;

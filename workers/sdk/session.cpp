@@ -8,6 +8,7 @@
 #include <cxxabi.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <random>
 #include <typeinfo>
@@ -50,13 +51,35 @@ json::object error_result(std::string_view message, std::string_view type, std::
   return result;
 }
 
-// Optional list/dict params as trees; absent or null read as empty.
+// Optional list/dict params as trees; absent or null read as empty. A tree cannot hold NaN, Infinity
+// or a number beyond a double: such values fail the call with a message that says so.
+json::value tree_of(std::string_view text) {
+  try {
+    json::value v = parse_value(text);
+    // Boost.JSON reads 1e400 as infinity rather than failing.
+    bool finite = true;
+    std::vector<const json::value*> todo{&v};
+    while (!todo.empty() && finite) {
+      const json::value* x = todo.back();
+      todo.pop_back();
+      if (x->is_double()) finite = std::isfinite(x->get_double());
+      else if (x->is_array()) for (const auto& e : x->get_array()) todo.push_back(&e);
+      else if (x->is_object()) for (const auto& m : x->get_object()) todo.push_back(&m.value());
+    }
+    if (finite) return v;
+  } catch (const std::exception&) {
+  }
+  throw KeywordError("the arguments hold a value this library cannot take as a JSON tree (NaN, Infinity, or a "
+                     "number beyond a double); a keyword declared with raw_keyword gets them as text",
+                     "ValueError");
+}
+
 json::array array_of(const params::Object& p, const std::optional<Slice>& slice) {
-  return slice ? std::move(parse_value(p.of(slice)).as_array()) : json::array();
+  return slice ? std::move(tree_of(p.of(slice)).as_array()) : json::array();
 }
 
 json::object object_of(const params::Object& p, const std::optional<Slice>& slice) {
-  return slice ? std::move(parse_value(p.of(slice)).as_object()) : json::object();
+  return slice ? std::move(tree_of(p.of(slice)).as_object()) : json::object();
 }
 
 std::string keyword_names(const Library& library) {
@@ -120,7 +143,7 @@ void Session::on_initialize(const Message& m, params::Initialize p) {
   capabilities["support_exit"] = true;
   capabilities["libraries"] = json::array{json::string(library_.name())};
   json::object server_info;
-  server_info["name"] = library_.name();
+  server_info["name"] = library_.server_name();
   server_info["version"] = library_.version();
   json::object result;
   result["capabilities"] = std::move(capabilities);
@@ -138,11 +161,25 @@ void Session::on_import_library(const Message& m, params::ImportLibrary p) {
   }
 
   auto instance = std::make_unique<Instance>();
-  instance->import = ImportArgs{array_of(p, p.args), object_of(p, p.kw_args)};
+  instance->import.args_text = p.of(p.args);
+  instance->import.kw_args_text = p.of(p.kw_args);
+  try {
+    instance->import.args = array_of(p, p.args);
+    instance->import.kw_args = object_of(p, p.kw_args);
+  } catch (const KeywordError& e) {
+    // The texts are still there for the library to read.
+    log::warn("import of '{}': {}", library_.name(), e.what());
+  }
+  json::object extra_result;
   if (const auto& hook = library_.import_hook()) {
     ImportContext context{library_.name(), instance->import, instance->state};
     try {
       hook(context);
+      extra_result = std::move(context.extra_result);
+    } catch (const RpcError& e) {
+      log::warn("import of '{}' failed: {}", library_.name(), e.what());
+      out_.send(make_error_raw(m.id_text(), e.code, e.what(), e.data_text));
+      return;
     } catch (const std::exception& e) {
       log::warn("import of '{}' failed: {}", library_.name(), e.what());
       reply_error(m.id_text(), protocol::kInternalError, e.what());
@@ -157,12 +194,15 @@ void Session::on_import_library(const Message& m, params::ImportLibrary p) {
   json::object result;
   result["token"] = token;
   result["definition"] = library_.definition();
+  for (auto& member : extra_result) result[member.key()] = std::move(member.value());
   reply(m, result);
 }
 
-void Session::on_run_keyword(const Message& m, params::RunKeyword p) { reply(m, run_keyword(p)); }
+void Session::on_run_keyword(const Message& m, params::RunKeyword p) { out_.send(run_keyword(m, p)); }
 
-json::value Session::run_keyword(const params::RunKeyword& p) {
+std::string Session::run_keyword(const Message& m, const params::RunKeyword& p) {
+  auto answer = [&](const json::value& result) { return make_result_raw(m.id_text(), json::serialize(result)); };
+  auto error_result = [&](auto&&... args) { return answer(sdk::error_result(args...)); };
   auto instance = instances_.find(p.library_token);
   if (instance == instances_.end())
     return error_result(fmt::format("No library '{}' found.", p.library_token), "LibraryNotFoundError");
@@ -174,13 +214,27 @@ json::value Session::run_keyword(const params::RunKeyword& p) {
 
   Instance& inst = *instance->second;
   try {
-    json::object bound = bind_arguments(library_.name(), *keyword, array_of(p, p.args), object_of(p, p.kwargs));
+    // A raw keyword reads the texts; nothing is parsed into a tree for it.
+    json::object bound = keyword->raw ? json::object()
+                                      : bind_arguments(library_.name(), *keyword, array_of(p, p.args),
+                                                       object_of(p, p.kwargs));
     Call call(library_.name(), keyword->name, std::move(bound), inst.import, inst.state, out_);
+    call.set_texts(p.of(p.args), p.of(p.kwargs));
     json::value value = keyword->body(call);
+    if (const auto& raw = call.raw_result()) {
+      auto [scanned, error] = jsontext::scan(*raw);
+      if (!scanned)
+        throw KeywordError(fmt::format("the raw result is not JSON: {} (at byte {})", error->message, error->offset),
+                           "ValueError");
+      return make_result_raw(m.id_text(), R"({"result":)" + *raw + "}");
+    }
     json::object result;
     // The reference leaves `result` out for None; Robot reads a missing result as None.
     if (!value.is_null()) result["result"] = std::move(value);
-    return result;
+    return answer(result);
+  } catch (const RpcError& e) {
+    log::debug("keyword '{}' answered with error {}: {}", keyword->name, e.code, e.what());
+    return make_error_raw(m.id_text(), e.code, e.what(), e.data_text);
   } catch (const KeywordError& e) {
     log::debug("keyword '{}' failed: {}: {}", keyword->name, e.type(), e.what());
     return error_result(e.what(), e.type(), e.traceback(), e.mode());
