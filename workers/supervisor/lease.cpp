@@ -30,6 +30,7 @@ class PoolLease final : public Lease {
 
   pid_t pid() const override { return pid_; }
   bool prewarmed() const override { return grant_.prewarmed; }
+  std::string server_name() const override { return grant_.worker ? grant_.worker->server_name() : std::string(); }
 
   asio::awaitable<Message> import_library(std::string params, std::weak_ptr<CallObserver> observer) override {
     co_return co_await worker().call(protocol::kImportLibrary, std::move(params), std::move(observer),

@@ -23,6 +23,9 @@ class Lease {
   virtual pid_t pid() const = 0;
   // Served by a worker started before the import (a warm start).
   virtual bool prewarmed() const = 0;
+  // server_info.name from the worker's robot/initialize answer ("" when unknown): whether the worker
+  // evaluates argument strings as Robot data follows from it (gateway/argument_guard.hpp).
+  virtual std::string server_name() const { return {}; }
 
   // robot/import_library with these params (a JSON text, passed on unchanged). Throws WorkerError.
   virtual asio::awaitable<Message> import_library(std::string params, std::weak_ptr<CallObserver> observer) = 0;

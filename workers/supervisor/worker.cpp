@@ -105,6 +105,14 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor exe
       failure.emplace(protocol::kWorkerFailed,
                       fmt::format("The worker of library '{}' (pid {}) refused robot/initialize: {}", library.name,
                                   worker->pid_, reply.text()));
+    } else if (const auto result = reply.result_text(); !result.empty()) {
+      const auto members = jsontext::members(result);
+      if (const auto* info = jsontext::find(members, "server_info"); info && info->kind == jsontext::Kind::object) {
+        const auto info_members = jsontext::members(info->value.of(result));
+        const auto* name = jsontext::find(info_members, "name");
+        if (name && name->kind == jsontext::Kind::string)
+          worker->server_name_ = jsontext::decode_string(name->value.of(info->value.of(result)));
+      }
     }
   } catch (const WorkerError& e) {
     failure = e;

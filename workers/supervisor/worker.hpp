@@ -83,6 +83,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
 
   pid_t pid() const { return pid_; }
   const std::string& library() const { return library_.name; }
+  // server_info.name of its robot/initialize answer ("" when absent): the reference server calls itself
+  // "RobotJsonRpcRemoteServer", and it evaluates argument strings (see gateway/argument_guard.hpp).
+  const std::string& server_name() const { return server_name_; }
   State state() const { return state_; }
   // Until its death has been established (stdout closed and exit status collected): a call made
   // meanwhile is failed by that same step, with the full reason.
@@ -123,6 +126,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   WorkerOptions options_;
   pid_t pid_;
   std::string executable_;
+  std::string server_name_;
   // The protocol channel: the worker's stdout (read) and stdin (written) as one message stream.
   MessageStream<DuplexStream<asio::readable_pipe, asio::writable_pipe>> channel_;
   asio::readable_pipe stderr_;

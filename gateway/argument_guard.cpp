@@ -1,0 +1,284 @@
+#include "gateway/argument_guard.hpp"
+
+#include "common/log.hpp"
+#include "common/pickle/pickle_policy.hpp"
+#include "common/protocol/robot_escape.hpp"
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <utility>
+#include <vector>
+
+namespace rjg::gateway {
+namespace {
+
+namespace json = boost::json;
+using Edits = std::vector<std::pair<Slice, std::string>>;
+
+// The replacement of one string literal, when escaping changes it.
+void escape_literal(std::string_view text, Slice literal, Edits& edits) {
+  const std::string value = jsontext::decode_string(literal.of(text));
+  if (robot::holds_syntax(value)) edits.emplace_back(literal, jsontext::quote(robot::escape(value)));
+}
+
+// Walks one value of the params (slices are made absolute with `base`) and collects the edits of the
+// strings the worker evaluates: the elements of a list (positional) or the keys and values of an object
+// (named), one level deep; what is nested deeper reaches the worker as objects, not as Robot data.
+class TopLevelStrings final : public jsontext::Visitor {
+ public:
+  TopLevelStrings(std::string_view text, std::size_t base, Edits& edits) : text_(text), base_(base), edits_(edits) {}
+  bool begin(jsontext::Kind, std::size_t) override {
+    ++depth_;
+    return true;
+  }
+  bool key(Slice literal) override {
+    if (depth_ == 1) escape_literal(text_, at(literal), edits_);
+    return true;
+  }
+  bool scalar(jsontext::Kind kind, Slice value) override {
+    if (depth_ == 1 && kind == jsontext::Kind::string) escape_literal(text_, at(value), edits_);
+    return true;
+  }
+  bool end(jsontext::Kind, Slice) override {
+    --depth_;
+    return true;
+  }
+
+ private:
+  Slice at(Slice s) const { return {s.offset + base_, s.size}; }
+  std::string_view text_;
+  std::size_t base_;
+  Edits& edits_;
+  int depth_ = 0;
+};
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// A string that the worker would evaluate, found in a kw_args value that becomes text.
+struct Finding {
+  std::string path;    // "kw_args.options", "kw_args.options (pickled)"
+  std::string text;    // the string, printable and shortened
+  std::string reason;  // from robot::evaluated_in_text, or why a pickle cannot be read
+};
+
+class PickleStrings final : public PickleTextVisitor {
+ public:
+  bool text(std::string_view value, bool is_bytes) override {
+    if (auto why = robot::evaluated_in_text(value, is_bytes)) {
+      found = std::pair{log::printable(value, 80), std::move(*why)};
+      return false;
+    }
+    return true;
+  }
+  std::optional<std::pair<std::string, std::string>> found;
+};
+
+// Every string in a kw_args value (a list or an object, possibly holding pickles), checked as part of
+// the value's Python text.
+class NestedStrings final : public jsontext::Visitor {
+ public:
+  NestedStrings(std::string_view text, std::string path) : text_(text), path_(std::move(path)) {}
+  bool begin(jsontext::Kind, std::size_t) override { return true; }
+  bool key(Slice literal) override {
+    const std::string key = jsontext::decode_string(literal.of(text_));
+    pickle_next_ = key == "__pickled__";
+    return check(key);
+  }
+  bool scalar(jsontext::Kind kind, Slice value) override {
+    const bool pickle = std::exchange(pickle_next_, false);
+    if (kind != jsontext::Kind::string) return true;
+    const std::string s = jsontext::decode_string(value.of(text_));
+    return pickle ? check_pickle(s) : check(s);
+  }
+  bool end(jsontext::Kind, Slice) override {
+    pickle_next_ = false;
+    return true;
+  }
+  std::optional<Finding> finding;
+
+ private:
+  bool check(const std::string& s) {
+    if (auto why = robot::evaluated_in_text(s)) {
+      finding = Finding{path_, log::printable(s, 80), std::move(*why)};
+      return false;
+    }
+    return true;
+  }
+  bool check_pickle(const std::string& hex) {
+    const std::string path = path_ + " (pickled)";
+    std::string bytes(hex.size() / 2, '\0');
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      const int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+      if (hi < 0 || lo < 0) {
+        finding = Finding{path, {}, "its pickle is not hex, so the strings in it cannot be checked"};
+        return false;
+      }
+      bytes[i] = static_cast<char>(hi << 4 | lo);
+    }
+    if (hex.size() % 2 != 0) {
+      finding = Finding{path, {}, "its pickle is not hex, so the strings in it cannot be checked"};
+      return false;
+    }
+    PickleStrings strings;
+    if (auto error = visit_pickle_strings(bytes, strings)) {
+      finding = Finding{path, {}, fmt::format("its pickle cannot be read ({}), so the strings in it cannot be checked",
+                                              *error)};
+      return false;
+    }
+    if (strings.found) {
+      finding = Finding{path, std::move(strings.found->first), std::move(strings.found->second)};
+      return false;
+    }
+    return true;
+  }
+
+  std::string_view text_;
+  std::string path_;
+  bool pickle_next_ = false;
+};
+
+std::string path_of(std::string_view key) {
+  return std::all_of(key.begin(), key.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }) && !key.empty()
+             ? fmt::format("kw_args.{}", key)
+             : fmt::format("kw_args[{}]", jsontext::quote(key));
+}
+
+// The top-level kw_args: names and string values are escaped; list and object values are checked.
+class KwArgs final : public jsontext::Visitor {
+ public:
+  KwArgs(std::string_view text, std::size_t base, Edits& edits) : text_(text), base_(base), edits_(edits) {}
+  bool begin(jsontext::Kind, std::size_t) override {
+    ++depth_;
+    return true;
+  }
+  bool key(Slice literal) override {
+    if (depth_ == 1) {
+      key_ = jsontext::decode_string(at(literal).of(text_));
+      escape_literal(text_, at(literal), edits_);
+    }
+    return true;
+  }
+  bool scalar(jsontext::Kind kind, Slice value) override {
+    if (depth_ == 1 && kind == jsontext::Kind::string) escape_literal(text_, at(value), edits_);
+    return true;
+  }
+  bool end(jsontext::Kind, Slice value) override {
+    if (depth_-- == 2) {
+      // A list or object value: the worker formats it as its Python text, which it then evaluates.
+      const std::string_view nested = at(value).of(text_);
+      NestedStrings strings(nested, path_of(key_));
+      jsontext::walk(nested, strings);
+      if (strings.finding) {
+        finding = std::move(strings.finding);
+        return false;
+      }
+    }
+    return true;
+  }
+  std::optional<Finding> finding;
+
+ private:
+  Slice at(Slice s) const { return {s.offset + base_, s.size}; }
+  std::string_view text_;
+  std::size_t base_;
+  Edits& edits_;
+  int depth_ = 0;
+  std::string key_;
+};
+
+// A slice of the old text, moved to where the same bytes are after the edits (edits lie wholly inside
+// or wholly outside it).
+Slice moved(Slice s, const Edits& edits) {
+  std::ptrdiff_t before = 0, inside = 0;
+  for (const auto& [edit, replacement] : edits) {
+    const auto delta = static_cast<std::ptrdiff_t>(replacement.size()) - static_cast<std::ptrdiff_t>(edit.size);
+    if (edit.offset + edit.size <= s.offset) before += delta;
+    else if (edit.offset >= s.offset && edit.offset + edit.size <= s.offset + s.size) inside += delta;
+  }
+  return {static_cast<std::size_t>(static_cast<std::ptrdiff_t>(s.offset) + before),
+          static_cast<std::size_t>(static_cast<std::ptrdiff_t>(s.size) + inside)};
+}
+void move(std::optional<Slice>& s, const Edits& edits) {
+  if (s) s = moved(*s, edits);
+}
+
+void walk_value(std::string_view text, const std::optional<Slice>& slice, jsontext::Visitor& visitor) {
+  if (slice) jsontext::walk(slice->of(text), visitor);
+}
+
+}  // namespace
+
+bool escapes_arguments(config::Arguments mode, std::string_view worker_server_name) {
+  switch (mode) {
+    case config::Arguments::escape: return true;
+    case config::Arguments::as_is: return false;
+    case config::Arguments::auto_: break;
+  }
+  return worker_server_name == kReferenceServerName;
+}
+
+std::size_t escape_arguments(params::RunKeyword& params) {
+  Edits edits;
+  if (params.args) {
+    TopLevelStrings positional(params.text, params.args->offset, edits);
+    walk_value(params.text, params.args, positional);
+  }
+  if (params.kwargs) {
+    TopLevelStrings named(params.text, params.kwargs->offset, edits);
+    walk_value(params.text, params.kwargs, named);
+  }
+  if (edits.empty()) return 0;
+  params.library_token_value = moved(params.library_token_value, edits);
+  move(params.args, edits);
+  move(params.kwargs, edits);
+  const std::size_t changed = edits.size();
+  params.text = jsontext::splice(params.text, std::move(edits));
+  return changed;
+}
+
+std::optional<ArgumentRefusal> escape_arguments(params::ImportLibrary& params, const config::Library& library,
+                                                std::size_t* changed) {
+  Edits edits;
+  if (params.args) {
+    TopLevelStrings positional(params.text, params.args->offset, edits);
+    walk_value(params.text, params.args, positional);
+  }
+  if (params.kw_args) {
+    KwArgs named(params.text, params.kw_args->offset, edits);
+    walk_value(params.text, params.kw_args, named);
+    if (auto& f = named.finding) {
+      const std::string what = f->text.empty() ? f->reason : fmt::format("the string '{}' in it {}", f->text, f->reason);
+      const std::string hint = fmt::format(
+          "its worker formats each kw_args entry as the text \"name=value\" and evaluates that text as Robot "
+          "Framework data, so a list, dictionary or pickled value there cannot be passed on unchanged. Pass "
+          "strings as separate kw_args entries or positional args (the gateway escapes those), or set "
+          "arguments = \"as-is\" for library '{}' if the worker is meant to evaluate them",
+          library.name);
+      ArgumentRefusal refusal;
+      refusal.message =
+          fmt::format("Library '{}': the import argument {} was refused: {}; {}.", library.name, f->path, what, hint);
+      refusal.log = fmt::format("the import argument {} was refused: {}{}", f->path,
+                                f->text.empty() ? "" : "a string in it ", f->reason);
+      refusal.data_json = json::serialize(json::object{{"library", library.name}, {"path", f->path}, {"reason", f->reason}});
+      return refusal;
+    }
+  }
+  if (changed) *changed = edits.size();
+  if (edits.empty()) return std::nullopt;
+  params.name_value = moved(params.name_value, edits);
+  move(params.args, edits);
+  move(params.kw_args, edits);
+  params.text = jsontext::splice(params.text, std::move(edits));
+  return std::nullopt;
+}
+
+}  // namespace rjg::gateway

@@ -1,0 +1,181 @@
+// The gateway's argument guard (gateway/argument_guard.hpp): which strings of run_keyword and
+// import_library params are escaped, that every other byte stays as it was, that the params' slices
+// follow the edits, and which kw_args values are refused.
+#include "gateway/argument_guard.hpp"
+
+#include "common/protocol/message.hpp"
+#include "common/pickle/pickle_policy.hpp"
+#include "common/protocol/robot_escape.hpp"
+
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace gw = rjg::gateway;
+namespace params = rjg::params;
+using rjg::config::Arguments;
+
+rjg::Message request(std::string_view method, std::string_view params_text) {
+  auto parsed = rjg::parse_message(
+      fmt::format(R"({{"jsonrpc":"2.0","id":7,"method":"{}","params":{}}})", method, params_text));
+  return std::get<rjg::Message>(parsed);
+}
+
+params::RunKeyword run_keyword(std::string_view params_text) {
+  auto bound = params::bind_run_keyword(request("robot/run_keyword", params_text));
+  return std::get<params::RunKeyword>(bound);
+}
+
+params::ImportLibrary import_library(std::string_view params_text) {
+  auto bound = params::bind_import_library(request("robot/import_library", params_text));
+  return std::get<params::ImportLibrary>(bound);
+}
+
+rjg::config::Library library() {
+  rjg::config::Library l;
+  l.name = "Lib";
+  return l;
+}
+
+TEST(ArgumentGuard, Detection) {
+  EXPECT_TRUE(gw::escapes_arguments(Arguments::auto_, "RobotJsonRpcRemoteServer"));
+  EXPECT_FALSE(gw::escapes_arguments(Arguments::auto_, "TestLibrary"));
+  EXPECT_FALSE(gw::escapes_arguments(Arguments::auto_, ""));
+  EXPECT_TRUE(gw::escapes_arguments(Arguments::escape, ""));
+  EXPECT_FALSE(gw::escapes_arguments(Arguments::as_is, "RobotJsonRpcRemoteServer"));
+}
+
+// The reference server's own initialize answers (recorded traffic) are what "auto" recognizes.
+TEST(ArgumentGuard, AutoRecognizesTheReferenceServerOfTheTraces) {
+  std::size_t answers = 0;
+  for (const char* name : {"reference-suite-tcp.jsonl", "reference-edge-cases.jsonl"}) {
+    std::ifstream in(std::string(RJG_TRACES_DIR) + "/" + name);
+    ASSERT_TRUE(in) << name;
+    for (std::string line; std::getline(in, line);) {
+      auto record = boost::json::parse(line).as_object();
+      if (record["dir"] != "s2c") continue;
+      auto body = boost::json::parse(record["body"].as_string());
+      const auto* result = body.as_object().if_contains("result");
+      if (!result || !result->is_object() || !result->as_object().contains("server_info")) continue;
+      const auto& server_name = result->as_object().at("server_info").at("name").as_string();
+      EXPECT_TRUE(gw::escapes_arguments(Arguments::auto_, server_name));
+      ++answers;
+    }
+  }
+  EXPECT_GT(answers, 0u);
+}
+
+TEST(ArgumentGuard, RunKeywordEscapesTopLevelStringsOnlyAndKeepsEveryOtherByte) {
+  const std::string text =
+      R"({ "kwargs" : {"a=b": "${x}", "n": 1e400, "plain": "p"}, "library_token":"tok", "name":"K",)"
+      R"( "args": [ "${SPACE}" , 1.50, -0.0, "ok", ["${nested}"], {"k": "${nested}"}, "a\\b", "AND", "x=1" ],)"
+      R"( "extra": "${untouched}"})";
+  auto p = run_keyword(text);
+  EXPECT_EQ(gw::escape_arguments(p), 6u);
+  EXPECT_EQ(p.text,
+            R"({ "kwargs" : {"a\\=b": "\\${x}", "n": 1e400, "plain": "p"}, "library_token":"tok", "name":"K",)"
+            R"( "args": [ "\\${SPACE}" , 1.50, -0.0, "ok", ["${nested}"], {"k": "${nested}"}, "a\\\\b", "\\AND", "x\\=1" ],)"
+            R"( "extra": "${untouched}"})");
+  // The slices follow: the token is where it was, args and kwargs cover their new texts.
+  EXPECT_EQ(p.of(p.library_token_value), R"("tok")");
+  EXPECT_EQ(p.of(p.args).front(), '[');
+  EXPECT_EQ(p.of(p.args).back(), ']');
+  EXPECT_EQ(p.of(p.kwargs), R"({"a\\=b": "\\${x}", "n": 1e400, "plain": "p"})");
+}
+
+TEST(ArgumentGuard, NothingToEscapeLeavesTheTextAlone) {
+  const std::string text = R"({"library_token":"t","name":"K","args":["a", 1, null, "päivää"],"kwargs":{"b":"c"}})";
+  auto p = run_keyword(text);
+  EXPECT_EQ(gw::escape_arguments(p), 0u);
+  EXPECT_EQ(p.text, text);
+}
+
+TEST(ArgumentGuard, ImportEscapesArgsAndKwArgsNamesAndValues) {
+  const std::string text = R"({"name":"Lib","args":["%{HOME}", 2],"kw_args":{"k${x}": "v\\", "n": 3, "l": ["ok", 1]}})";
+  auto p = import_library(text);
+  std::size_t changed = 0;
+  auto refused = gw::escape_arguments(p, library(), &changed);
+  ASSERT_FALSE(refused) << refused->message;
+  EXPECT_EQ(changed, 3u);
+  EXPECT_EQ(p.text, R"({"name":"Lib","args":["\\%{HOME}", 2],"kw_args":{"k\\${x}": "v\\\\", "n": 3, "l": ["ok", 1]}})");
+  EXPECT_EQ(p.of(p.name_value), R"("Lib")");
+}
+
+std::string hex(std::string_view bytes) {
+  std::string out;
+  for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
+  return out;
+}
+
+TEST(ArgumentGuard, KwArgsValuesMadeTextAreRefusedWhenAStringWouldBeEvaluated) {
+  // A protocol 4 pickle of ['plain', '${SPACE}'].
+  const std::string pickle = hex(std::string("\x80\x04]\x28\x8c\x05plain\x8c\x08${SPACE}e.", 23));
+  for (const std::string& value :
+       {fmt::format(R"({{"__pickled__":"{}"}})", pickle), std::string(R"(["ok", "${SPACE}"])"),
+        std::string(R"({"${SPACE}": 1})"), fmt::format(R"([1, [{{"__pickled__":"{}"}}]])", pickle)}) {
+    SCOPED_TRACE(value);
+    auto p = import_library(fmt::format(R"({{"name":"Lib","kw_args":{{"opts": {}}}}})", value));
+    const std::string before = p.text;
+    auto refused = gw::escape_arguments(p, library());
+    ASSERT_TRUE(refused);
+    EXPECT_NE(refused->message.find("kw_args.opts"), std::string::npos) << refused->message;
+    EXPECT_NE(refused->message.find("'${SPACE}'"), std::string::npos) << refused->message;
+    EXPECT_NE(refused->message.find("Lib"), std::string::npos) << refused->message;
+    EXPECT_EQ(refused->log.find("${SPACE}"), std::string::npos) << refused->log;
+    EXPECT_EQ(p.text, before);
+  }
+  // Clean ones pass unchanged.
+  const std::string clean = hex(std::string("\x80\x04]\x28\x8c\x05plain\x8c\x03x=1e.", 18));
+  auto p = import_library(fmt::format(R"({{"name":"Lib","kw_args":{{"opts": {{"__pickled__":"{}"}}, "l": [1, "a b"]}}}})", clean));
+  const std::string before = p.text;
+  EXPECT_FALSE(gw::escape_arguments(p, library()));
+  EXPECT_EQ(p.text, before);
+  // A pickle that cannot be lexed is refused.
+  p = import_library(R"({"name":"Lib","kw_args":{"opts": {"__pickled__":"8004ff"}}})");
+  auto refused = gw::escape_arguments(p, library());
+  ASSERT_TRUE(refused);
+  EXPECT_NE(refused->message.find("cannot be read"), std::string::npos) << refused->message;
+}
+
+// visit_pickle_strings lexes every real pickle of Robot values and reports their strings.
+class Collect final : public rjg::PickleTextVisitor {
+ public:
+  bool text(std::string_view value, bool is_bytes) override {
+    seen.emplace_back(value, is_bytes);
+    return true;
+  }
+  std::vector<std::pair<std::string, bool>> seen;
+};
+
+TEST(ArgumentGuard, PickleStringsOfTheBenignCorpus) {
+  std::size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(RJG_PICKLES_DIR)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    Collect strings;
+    EXPECT_FALSE(rjg::visit_pickle_strings(bytes, strings)) << entry.path();
+    ++files;
+    if (entry.path().filename().string().starts_with("DotDict_p")) {
+      // STACK_GLOBAL's module and class names are strings of the stream too.
+      bool module = false;
+      for (const auto& [text, is_bytes] : strings.seen) module = module || text == "robot.utils.dotdict";
+      EXPECT_TRUE(module) << entry.path();
+    }
+  }
+  EXPECT_GT(files, 100u);
+  // Truncated streams are reported, not read past.
+  Collect strings;
+  EXPECT_TRUE(rjg::visit_pickle_strings(std::string("\x80\x04\x8c\x09" "abc", 6), strings));
+  EXPECT_TRUE(rjg::visit_pickle_strings(std::string("\x80\x04]", 3), strings));  // no STOP
+}
+
+}  // namespace
