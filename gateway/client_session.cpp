@@ -3,6 +3,7 @@
 #include "common/log.hpp"
 #include "common/protocol/protocol.hpp"
 #include "gateway/pickle_guard.hpp"
+#include "gateway/argument_guard.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 
@@ -13,10 +14,6 @@ using namespace std::chrono_literals;
 namespace protocol = rjg::protocol;
 
 namespace {
-// Requests one connection may have unanswered at once. The real client sends one at a time; the cap
-// bounds what a pipelining client can make the gateway hold (each up to max_message_bytes).
-constexpr std::size_t kMaxRequestsInFlight = 64;
-
 // A failure to answer an import with: code, message, data (a JSON text).
 struct Failure {
   int code;
@@ -26,6 +23,40 @@ struct Failure {
 Failure from(const workers::WorkerError& e) {
   return {e.code, e.what(), e.data.empty() ? std::string() : json::serialize(e.data)};
 }
+
+// The observer of one import or keyword call: what the worker sends meanwhile (robot/log,
+// robot/trace) passes the library's pickle policy on its way to the client, like every other value.
+// A refused notification is dropped, logged, and replaced by a WARN log naming what was refused, so
+// the Robot log shows that a message is missing and why.
+class CallRelay final : public workers::CallObserver {
+ public:
+  CallRelay(std::weak_ptr<ClientSession> session, const config::Library& library, std::string session_name)
+      : session_(std::move(session)), library_(library), session_name_(std::move(session_name)) {}
+
+  void relay_notification(std::string_view json_text) override {
+    auto session = session_.lock();
+    if (!session) return;
+    if (auto refused = refuse_pickles(library_, {{"", json_text}})) {
+      log::warn("{}: a notification from library {} was dropped: {}", session_name_, library_.name, refused->message);
+      json::object params{{"message", fmt::format("robot-jsonrpc-gateway dropped a message from library '{}': {}",
+                                                  library_.name, refused->message)},
+                          {"level", "WARN"},
+                          {"html", false},
+                          {"console", false}};
+      session->relay_notification(make_notification_raw(protocol::kLog, json::serialize(params)));
+      return;
+    }
+    session->relay_notification(json_text);
+  }
+  asio::awaitable<void> wait_for_room() override {
+    if (auto session = session_.lock()) co_await session->wait_for_room();
+  }
+
+ private:
+  std::weak_ptr<ClientSession> session_;
+  const config::Library& library_;
+  std::string session_name_;
+};
 }  // namespace
 
 ClientSession::ClientSession(GatewayContext& context, workers::LeaseSource& leases,
@@ -49,7 +80,85 @@ void ClientSession::relay_notification(std::string_view json_text) {
 }
 
 asio::awaitable<void> ClientSession::wait_for_room() {
+  // An ending session drops relayed logs: its worker need not wait for the client.
+  if (ending_) co_return;
   if (auto c = connection_.lock()) co_await c->wait_for_room();
+}
+
+asio::awaitable<void> ClientSession::room_for_answer() {
+  if (auto c = connection_.lock()) co_await c->wait_for_room();
+}
+
+namespace {
+// What precheck() needs of a large request: its token (run_keyword) or library name (import), and the
+// values its handler checks for pickles, as views into the message.
+struct PrecheckValues {
+  std::string key;
+  std::vector<std::pair<std::string, std::string_view>> values;
+};
+
+// Off the loop (coroutine functions, not capturing lambdas: their frames own their arguments).
+asio::awaitable<std::optional<PrecheckValues>> bind_for_precheck(const Message* message, bool run) {
+  auto collect = [&](auto& p, std::string key, std::initializer_list<std::pair<const char*, std::optional<Slice>>> at) {
+    PrecheckValues f{std::move(key), {}};
+    for (auto& [path, slice] : at)
+      f.values.emplace_back(path, slice ? slice->of(message->params_text()) : std::string_view());
+    return f;
+  };
+  if (run) {
+    auto bound = params::bind_run_keyword(*message);
+    if (auto* p = std::get_if<params::RunKeyword>(&bound))
+      co_return collect(*p, p->library_token, {{"args", p->args}, {"kwargs", p->kwargs}});
+  } else {
+    auto bound = params::bind_import_library(*message);
+    if (auto* p = std::get_if<params::ImportLibrary>(&bound))
+      co_return collect(*p, p->name, {{"args", p->args}, {"kw_args", p->kw_args}});
+  }
+  co_return std::nullopt;
+}
+
+asio::awaitable<std::optional<PickleRefusal>> refuse_pickles_on_pool(const config::Library* library,
+                                                                     const PrecheckValues* found) {
+  const auto& v = found->values;
+  co_return refuse_pickles(*library, {{v[0].first, v[0].second}, {v[1].first, v[1].second}});
+}
+}  // namespace
+
+asio::awaitable<void> ClientSession::precheck(const Message& message, asio::any_io_executor pool) {
+  prechecked_.reset();
+  const bool run = message.method() == protocol::kRunKeyword;
+  if (message.kind != Message::Kind::request || (!run && message.method() != protocol::kImportLibrary)) co_return;
+  // Binding scans the params: off the loop. The message outlives handle(), so views into it stay valid.
+  std::optional<PrecheckValues> found =
+      co_await asio::co_spawn(pool, bind_for_precheck(&message, run), asio::use_awaitable);
+  if (!found) co_return;
+  const config::Library* library = nullptr;
+  if (run) {
+    if (const Import* import = tokens_.find(found->key)) library = import->config;
+  } else {
+    library = context_.router.resolve(found->key);
+  }
+  if (!library || library->pickle == config::PicklePolicy::allow) co_return;
+  std::optional<PickleRefusal> verdict =
+      co_await asio::co_spawn(pool, refuse_pickles_on_pool(library, &*found), asio::use_awaitable);
+  log::debug("{}: {} of {} bytes: params bound and pickles checked off the event loop", name_, message.method(),
+             message.text().size());
+  prechecked_.emplace(Prechecked{library, std::move(found->values), std::move(verdict)});
+}
+
+std::optional<PickleRefusal> ClientSession::refuse_argument_pickles(
+    const config::Library& library, std::initializer_list<std::pair<std::string_view, std::string_view>> values) {
+  // The verdict computed off the loop applies when the handler asks about exactly the same values.
+  if (prechecked_ && prechecked_->library == &library && prechecked_->values.size() == values.size()) {
+    bool same = true;
+    std::size_t i = 0;
+    for (const auto& [path, text] : values) {
+      const auto& [p, t] = prechecked_->values[i++];
+      same = same && p == path && t == text;
+    }
+    if (same) return prechecked_->verdict;
+  }
+  return gateway::refuse_pickles(library, values);
 }
 
 void ClientSession::spawn(asio::awaitable<void> task, std::string what) {
@@ -67,12 +176,34 @@ void ClientSession::spawn(asio::awaitable<void> task, std::string what) {
 }
 
 void ClientSession::handle(const Message& message) {
-  if (message.kind == Message::Kind::request && requests_in_flight_ >= kMaxRequestsInFlight) {
-    send(make_error_raw(message.id_text(), protocol::kAtCapacity,
-                        fmt::format("Too many requests in flight on this connection ({} unanswered); wait for "
-                                    "answers before sending more.",
-                                    kMaxRequestsInFlight)));
-    return;
+  // What one connection can make the gateway hold is bounded: its unanswered requests in number, and
+  // the text of those requests in bytes (each Reply counts its request's text until it is answered).
+  // A request beyond either limit is answered at once. One request is always admitted when nothing
+  // else waits: its size is bounded by max_message_bytes.
+  if (message.kind == Message::Kind::request) {
+    const auto& gw = context_.config.gateway;
+    if (requests_in_flight_ >= gw.max_pending_requests) {
+      log::warn("{}: refused request {} ({}): {} requests unanswered (max_pending_requests)", name_,
+                log::printable(message.id_text(), 40), message.method(), requests_in_flight_);
+      send(make_error_raw(message.id_text(), protocol::kAtCapacity,
+                          fmt::format("Too many requests waiting on this connection: {} are unanswered, the most "
+                                      "allowed ([gateway] max_pending_requests = {}). Wait for answers before "
+                                      "sending more, or raise max_pending_requests.",
+                                      requests_in_flight_, gw.max_pending_requests)));
+      return;
+    }
+    const std::size_t size = message.text().size();
+    if (pending_bytes_ > 0 && pending_bytes_ + size > gw.max_pending_bytes) {
+      log::warn("{}: refused request {} ({}) of {} bytes: {} bytes of requests wait (max_pending_bytes)", name_,
+                log::printable(message.id_text(), 40), message.method(), size, pending_bytes_);
+      send(make_error_raw(message.id_text(), protocol::kAtCapacity,
+                          fmt::format("Too much request text waiting on this connection: {} bytes of {} unanswered "
+                                      "requests wait for a worker, and this request of {} bytes would take them past "
+                                      "[gateway] max_pending_bytes = {}. Wait for answers before sending more, send "
+                                      "smaller requests, or raise max_pending_bytes.",
+                                      pending_bytes_, requests_in_flight_, size, gw.max_pending_bytes)));
+      return;
+    }
   }
   try {
     protocol_.dispatch(message, *this);
@@ -81,6 +212,7 @@ void ClientSession::handle(const Message& message) {
     // request's Reply has already answered it with an internal error.
     log::error("bug: {}: {} failed: {}", name_, message.method(), e.what());
   }
+  prechecked_.reset();
 }
 
 void ClientSession::handle_invalid(const ProtocolError& problem) {
@@ -127,7 +259,7 @@ void ClientSession::on_import_library(const Message& request, params::ImportLibr
                 json::serialize(json::object{{"library", params.name}, {"available", std::move(available)}}));
     return;
   }
-  if (auto refused = refuse_pickles(*library, {{"args", params.of(params.args)}, {"kw_args", params.of(params.kw_args)}})) {
+  if (auto refused = refuse_argument_pickles(*library, {{"args", params.of(params.args)}, {"kw_args", params.of(params.kw_args)}})) {
     log::warn("{}: import of {} refused: {}", name_, library->name, refused->message);
     reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
     return;
@@ -139,13 +271,32 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
                                                     const config::Library& library) {
   log::info("{}: importing library {}", name_, library.name);
   std::shared_ptr<workers::Lease> lease;
+  std::optional<Failure> acquire_failure;
   try {
     lease = co_await leases_.acquire(library);
   } catch (const workers::WorkerError& e) {
     log::warn("{}: import of {} failed: {}", name_, library.name, e.what());
-    auto f = from(e);
-    reply.error(f.code, f.message, f.data_json);
+    acquire_failure = from(e);
+  }
+  if (acquire_failure) {
+    co_await room_for_answer();
+    reply.error(acquire_failure->code, acquire_failure->message, acquire_failure->data_json);
     co_return;
+  }
+
+  // A worker that evaluates argument strings gets them escaped; "auto" asks the worker just leased.
+  if (escapes_arguments(library.arguments, lease->server_name())) {
+    std::size_t escaped = 0;
+    if (auto refused = escape_arguments(params, library, &escaped)) {
+      log::warn("{}: import of {} refused: {}", name_, library.name, refused->log);
+      co_await room_for_answer();
+      reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
+      co_await lease->release("its import arguments were refused");
+      co_return;
+    }
+    if (escaped)
+      log::debug("{}: import of {}: escaped {} argument string(s) for worker pid {}", name_, library.name, escaped,
+                 lease->pid());
   }
 
   // The worker's own command line names its library, so it is asked for its default one: the
@@ -154,7 +305,8 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
   std::optional<Message> answer;
   std::optional<Failure> failure;
   try {
-    answer.emplace(co_await lease->import_library(std::move(worker_params), weak_from_this()));
+    auto relay = std::make_shared<CallRelay>(weak_from_this(), library, name_);
+    answer.emplace(co_await lease->import_library(std::move(worker_params), relay));
   } catch (const workers::WorkerError& e) {
     failure = from(e);
   }
@@ -165,6 +317,9 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
                       fmt::format("Library '{}' failed to import in its worker (pid {}): {}", library.name,
                                   lease->pid(), answer->error_message()),
                       std::string(answer->error_data_text())};
+    // The worker's error data travels to the client: the policy applies to it too.
+    if (auto refused = gateway::refuse_pickles(library, {{"error.data", answer->error_data_text()}}))
+      failure = Failure{protocol::kPickleRefused, refused->message, refused->data_json};
   }
   std::optional<WorkerToken> worker_token;
   if (!failure && !(worker_token = worker_token_of(*answer))) {
@@ -174,21 +329,22 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
                       {}};
   }
   if (!failure) {
-    // Argument defaults in the definition travel to the client: the same policy applies to them.
-    const auto result = answer->result_text();
-    const auto members = jsontext::members(result);
-    const auto* definition = jsontext::find(members, "definition");
-    if (auto refused = refuse_pickles(library, {{"definition", definition ? definition->value.of(result) : ""}}))
+    // Every member of the result travels to the client (argument defaults in the definition, and any
+    // member a worker adds): the same policy applies to all of it.
+    if (auto refused = gateway::refuse_pickles(library, {{"result", answer->result_text()}}))
       failure = Failure{protocol::kPickleRefused, refused->message, refused->data_json};
   }
   if (failure) {
     log::warn("{}: import of {} failed: {}", name_, library.name, failure->message);
+    co_await room_for_answer();
     reply.error(failure->code, failure->message, failure->data_json);
     co_await lease->release("its import failed");
     co_return;
   }
 
   Import import{TokenMap::new_token(library.name), library.name, worker_token->token, lease, &library};
+  // Before the ending_ check: nothing may suspend between it and adding the import.
+  co_await room_for_answer();
   if (ending_) {
     reply.error(protocol::kShuttingDown, "The connection closed during the import.");
     co_await lease->end(finalize_params(import), "its session closed during the import");
@@ -215,10 +371,17 @@ void ClientSession::on_run_keyword(const Message& request, params::RunKeyword pa
                             log::printable(params.library_token, 80)));
     return;
   }
-  if (auto refused = refuse_pickles(*import->config, {{"args", params.of(params.args)}, {"kwargs", params.of(params.kwargs)}})) {
+  if (auto refused = refuse_argument_pickles(*import->config, {{"args", params.of(params.args)}, {"kwargs", params.of(params.kwargs)}})) {
     log::warn("{}: keyword '{}' of {} refused: {}", name_, params.name, import->library, refused->message);
     reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
     return;
+  }
+  // A worker that evaluates argument strings gets them escaped (after the pickle check, which reads the
+  // values as sent).
+  if (escapes_arguments(import->config->arguments, import->lease->server_name())) {
+    if (const auto escaped = escape_arguments(params))
+      log::debug("{}: keyword '{}' of {}: escaped {} argument string(s) for worker pid {}", name_, params.name,
+                 import->library, escaped, import->lease->pid());
   }
   // The import is copied: a finalize that arrives meanwhile queues behind this call on the worker.
   spawn(run_keyword(std::move(reply), to_worker(params, *import), params.name, *import), "run_keyword");
@@ -226,18 +389,25 @@ void ClientSession::on_run_keyword(const Message& request, params::RunKeyword pa
 
 asio::awaitable<void> ClientSession::run_keyword(Reply reply, std::string worker_params, std::string keyword,
                                                  Import import) {
+  std::optional<Message> answer;
+  std::optional<Failure> failure;
   try {
-    auto answer = co_await import.lease->run_keyword(std::move(worker_params), keyword, weak_from_this());
-    if (auto refused = refuse_pickles(*import.config, {{"result", answer.result_text()}})) {
-      log::warn("{}: result of keyword '{}' of {} refused: {}", name_, keyword, import.library, refused->message);
-      reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
-    } else {
-      reply.send(answer.with_id(reply.id_text()));
-    }
+    auto relay = std::make_shared<CallRelay>(weak_from_this(), *import.config, name_);
+    answer.emplace(co_await import.lease->run_keyword(std::move(worker_params), keyword, relay));
   } catch (const workers::WorkerError& e) {
     log::warn("{}: keyword '{}' of library {} failed in the gateway: {}", name_, keyword, import.library, e.what());
-    auto f = from(e);
-    reply.error(f.code, f.message, f.data_json);
+    failure = from(e);
+  }
+  co_await room_for_answer();  // nothing suspends between here and the answer
+  if (failure) {
+    reply.error(failure->code, failure->message, failure->data_json);
+  } else if (auto refused = gateway::refuse_pickles(
+                 *import.config, {{"result", answer->kind == Message::Kind::response ? answer->result_text() : ""},
+                                  {"error.data", answer->error_data_text()}})) {
+    log::warn("{}: result of keyword '{}' of {} refused: {}", name_, keyword, import.library, refused->message);
+    reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
+  } else {
+    reply.send(answer->with_id(reply.id_text()));
   }
 }
 
@@ -256,6 +426,7 @@ void ClientSession::on_finalize_library(const Message& request, params::Finalize
 
 asio::awaitable<void> ClientSession::finalize_library(Reply reply, Import import) {
   auto answer = co_await import.lease->finalize_library(finalize_params(import), weak_from_this());
+  co_await room_for_answer();
   // A worker that is already gone has nothing left to finalize.
   if (answer) reply.send(answer->with_id(reply.id_text()));
   else reply.result(json::object{});

@@ -9,11 +9,17 @@
 #include "common/runtime/async_event.hpp"
 #include "gateway/connection.hpp"
 #include "gateway/context.hpp"
+#include "gateway/pickle_guard.hpp"
 #include "gateway/reply.hpp"
 #include "gateway/token_map.hpp"
 
+#include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace rjg::gateway {
 
@@ -29,10 +35,19 @@ class ClientSession : public ServerMethods,
   void handle(const Message& message);
   // A frame whose body is not a valid message.
   void handle_invalid(const ProtocolError& problem);
+  // For a large request, before handle(): binds its params and runs its pickle check on `pool` (off
+  // the event loop); handle() then uses that verdict instead of checking on the loop. The caller
+  // awaits it before handling the message and before reading the next, so order is kept.
+  asio::awaitable<void> precheck(const Message& message, asio::any_io_executor pool);
+  // Forgets what precheck() found, when the message will not be handled after all.
+  void clear_precheck() { prechecked_.reset(); }
 
   bool handshake_started() const { return protocol_.initialize_received(); }
   // Imports, keywords or finalizes are running for this session.
   bool busy() const { return background_ > 0; }
+  // Bytes of request text this connection has waiting for an answer (counted by each Reply).
+  std::size_t pending_bytes() const { return pending_bytes_; }
+  std::size_t requests_in_flight() const { return requests_in_flight_; }
   // The connection is closing: every import ends (dedicated workers stop, shared ones finalize the
   // instance); completes once the session's tasks are done (bounded).
   asio::awaitable<void> end(std::string why);
@@ -56,6 +71,13 @@ class ClientSession : public ServerMethods,
   friend class Reply;
 
   void send(std::string json_text);
+  // Answers wait for room in the client's write queue, as relayed logs do: the queue stays within its
+  // high-water mark plus one message. Await it right before answering, with no suspension between.
+  asio::awaitable<void> room_for_answer();
+  // gateway::refuse_pickles for the arguments of the request being handled, except that a verdict
+  // precheck() computed off the loop for exactly these values is used as it is.
+  std::optional<PickleRefusal> refuse_argument_pickles(
+      const config::Library& library, std::initializer_list<std::pair<std::string_view, std::string_view>> values);
   // Runs a request handler as its own coroutine, so reading goes on.
   void spawn(asio::awaitable<void> task, std::string what);
 
@@ -72,6 +94,13 @@ class ClientSession : public ServerMethods,
   TokenMap tokens_;
   bool ending_ = false;
   std::size_t requests_in_flight_ = 0;  // unanswered requests of this connection
+  std::size_t pending_bytes_ = 0;       // the text of those requests, in bytes
+  struct Prechecked {
+    const config::Library* library;
+    std::vector<std::pair<std::string, std::string_view>> values;  // views into the message being handled
+    std::optional<PickleRefusal> verdict;
+  };
+  std::optional<Prechecked> prechecked_;  // set by precheck() for the message handle() is about to see
   std::size_t background_ = 0;          // imports, keywords and finalizes still running
   AsyncEvent background_done_;
 };

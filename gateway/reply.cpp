@@ -9,14 +9,16 @@
 namespace rjg::gateway {
 
 Reply::Reply(std::shared_ptr<ClientSession> session, const Message& request)
-    : session_(std::move(session)), id_text_(request.id_text()), method_(request.method()) {
+    : session_(std::move(session)), id_text_(request.id_text()), method_(request.method()),
+      bytes_(request.text().size()) {
   session_->context_.request_started();
   ++session_->requests_in_flight_;
+  session_->pending_bytes_ += bytes_;
 }
 
 Reply::Reply(Reply&& other) noexcept
     : session_(std::move(other.session_)), id_text_(std::move(other.id_text_)), method_(std::move(other.method_)),
-      answered_(other.answered_) {
+      bytes_(other.bytes_), answered_(other.answered_) {
   other.answered_ = true;
 }
 
@@ -37,6 +39,7 @@ bool Reply::claim() {
   answered_ = true;
   session_->context_.request_finished();
   --session_->requests_in_flight_;
+  session_->pending_bytes_ -= bytes_;
   return true;
 }
 

@@ -1,5 +1,7 @@
 // Answers one client request exactly once. Dropping it unanswered answers with an internal error and
 // logs a bug; answering twice is logged as a bug and the second answer is not sent.
+// Until it answers, a Reply counts its request against the session's limits: one of
+// max_pending_requests, and the request's text against max_pending_bytes.
 #pragma once
 
 #include "common/protocol/message.hpp"
@@ -31,6 +33,7 @@ class Reply {
   std::shared_ptr<ClientSession> session_;
   std::string id_text_;
   std::string method_;
+  std::size_t bytes_ = 0;  // the request's text, counted in the session's pending bytes
   bool answered_ = false;
 };
 

@@ -99,7 +99,7 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor, std::string a
     auto number = next_session_++;
     auto name = fmt::format("session {} ({}:{})", number, client, peer.port());
     auto session = std::make_shared<StreamConnection<tcp::socket>>(std::move(socket), context_, context_.pools,
-                                                                   std::move(name));
+                                                                   std::move(name), offload_.get_executor());
     sessions_[number] = session;
     ++per_client_[client];
     session->start();

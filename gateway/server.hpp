@@ -6,6 +6,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include <memory>
 #include <unordered_map>
@@ -35,7 +36,11 @@ class Server {
   // Answers a connection over a limit with a JSON-RPC error naming the limit, then closes it.
   void refuse(tcp::socket socket, std::string client, std::string message);
 
+  // Threads that classify and pickle-check large frames off the event loop (see StreamConnection).
+  static constexpr std::size_t kOffloadThreads = 2;
+
   asio::io_context& io_;
+  asio::thread_pool offload_{kOffloadThreads};
   GatewayContext context_;
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
   std::unordered_map<std::uint64_t, std::weak_ptr<Connection>> sessions_;

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace rjg::gateway {
@@ -38,19 +39,25 @@ class StreamConnection final : public Connection, public std::enable_shared_from
  public:
   using clock = AsyncEvent::clock;
 
-  StreamConnection(Stream stream, GatewayContext& context, workers::LeaseSource& leases, std::string name)
+  // offload: a thread pool where large frames are classified and pickle-checked, off the event loop.
+  StreamConnection(Stream stream, GatewayContext& context, workers::LeaseSource& leases, std::string name,
+                   std::optional<asio::any_io_executor> offload = std::nullopt)
       : context_(context),
         leases_(leases),
         name_(std::move(name)),
         stream_(StreamOptions{FramingLimits{context.config.gateway.max_message_bytes,
                                             context.config.gateway.max_header_bytes},
-                              FrameReader::Mode::strict, JsonLimits{context.config.gateway.max_json_depth},
+                              FrameReader::Mode::strict, JsonLimits{context.config.gateway.max_json_depth,
+                                                                   context.config.gateway.max_object_members},
                               kClientHighWater},
                 std::move(stream)),
         closed_(stream_.get_executor()),
         connected_at_(clock::now()),
         last_activity_(connected_at_),
-        watchdog_wake_(stream_.get_executor()) {}
+        watchdog_wake_(stream_.get_executor()),
+        offload_(std::move(offload)) {
+    if (offload_) stream_.classify_large_frames_on(*offload_, kOffloadBytes);
+  }
 
   ~StreamConnection() override { log::debug("{}: connection released", name_); }
 
@@ -59,6 +66,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
     auto self = this->shared_from_this();
     session_ = std::make_shared<ClientSession>(context_, leases_, this->weak_from_this(), name_, stream_.get_executor());
     stream_.on_partial_frame = [this] { watchdog_wake_.set(); };
+    stream_.on_write_queue_full([this] { watchdog_wake_.set(); });
     auto ex = stream_.get_executor();
     asio::co_spawn(ex, [self] { return self->stream_.run_writer(); }, log_exceptions(name_ + " writer"));
     asio::co_spawn(ex, [self] { return self->read_loop(); }, log_exceptions(name_ + " reader"));
@@ -87,15 +95,43 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   }
 
  private:
-  // The client's write queue may hold this much before relaying a worker's logs waits for the client.
+  // The client's write queue may hold this much before the gateway stops reading from the client, and
+  // answers and relayed logs wait for room (so a client that does not read stops its own worker).
   static constexpr std::size_t kClientHighWater = 4u << 20;
+  // Frames with a body at least this large are classified and pickle-checked on the offload pool:
+  // below it, the work (about a millisecond per MiB of scanning) is cheaper than the two thread hops.
+  static constexpr std::size_t kOffloadBytes = 1u << 20;
   // How long closing a connection waits for its queued answers to be written.
   static constexpr auto kFlushTimeout = std::chrono::seconds(5);
+
+  // Back-pressure: while the client's write queue is above its high-water mark (the client does not
+  // read its answers), the gateway reads nothing more from it, so what it holds for the client stays
+  // bounded; the client's own sends then block in TCP. write_timeout ends a client that stays so.
+  asio::awaitable<void> wait_until_writable() {
+    if (!stream_.write_queue_full()) co_return;
+    reading_paused_ = true;
+    co_await stream_.wait_for_room();
+    reading_paused_ = false;
+    stream_.restart_read_clock();  // read_timeout does not count the pause
+    watchdog_wake_.set();
+  }
 
   asio::awaitable<void> read_loop() {
     std::string why = "the client closed the connection";
     while (!closing_) {
+      co_await wait_until_writable();
+      if (closing_) break;
       Incoming in = co_await stream_.read();
+      if (in.kind == Incoming::Kind::message && offload_ && in.message->text().size() >= kOffloadBytes)
+        co_await session_->precheck(*in.message, *offload_);
+      // Whatever handling this message sends (one answer at most, at once) finds room.
+      if (in.kind == Incoming::Kind::message || in.kind == Incoming::Kind::invalid) {
+        co_await wait_until_writable();
+        if (closing_) {
+          session_->clear_precheck();
+          break;
+        }
+      }
       if (in.kind == Incoming::Kind::message) {
         last_activity_ = clock::now();
         session_->handle(*in.message);
@@ -117,11 +153,32 @@ class StreamConnection final : public Connection, public std::enable_shared_from
     close(std::move(why));
   }
 
-  // Closes the connection when handshake_timeout, read_timeout or idle_timeout passes.
+  // Closes the connection when handshake_timeout, read_timeout, idle_timeout or write_timeout passes.
+  // write_timeout is watched until the connection is closed, teardown included (answers then still
+  // wait for room): a client that stopped reading is cut off, and nothing waits for it any longer.
   asio::awaitable<void> watchdog() {
     const auto& gw = context_.config.gateway;
     auto seconds = [](config::Duration d) { return fmt::format("{:g}s", static_cast<double>(d.count()) / 1000.0); };
-    while (!closing_) {
+    while (!closed_.is_set()) {
+      if (auto since = stream_.write_stalled_since(); since && !abandoned_) {
+        if (clock::now() >= *since + gw.write_timeout) {
+          // Saying why would only queue behind what the client does not read: log it, drop the queue.
+          log::warn("{}: closing: the client read nothing of its answers for {} while {} bytes waited for it "
+                    "(write_timeout); the queued messages are dropped",
+                    name_, seconds(gw.write_timeout), stream_.queued_bytes());
+          abandon_writes();
+          close("the client stopped reading (write_timeout)");
+          co_return;
+        }
+      }
+      if (closing_) {
+        watchdog_wake_.reset();
+        if (auto since = stream_.write_stalled_since(); since && !abandoned_)
+          co_await watchdog_wake_.wait_until(*since + gw.write_timeout);
+        else
+          co_await watchdog_wake_.wait();
+        continue;
+      }
       const auto now = clock::now();
       auto next = clock::time_point::max();
       std::string expired;
@@ -136,7 +193,8 @@ class StreamConnection final : public Connection, public std::enable_shared_from
         check(connected_at_ + gw.handshake_timeout,
               fmt::format("no robot/initialize within {} of connecting (handshake_timeout)",
                           seconds(gw.handshake_timeout)));
-      if (auto since = stream_.partial_since())
+      if (auto since = stream_.write_stalled_since()) next = std::min(next, *since + gw.write_timeout);
+      if (auto since = stream_.partial_since(); since && !reading_paused_)
         check(*since + gw.read_timeout,
               fmt::format("a message stayed half-read for {} (read_timeout)", seconds(gw.read_timeout)));
       if (gw.idle_timeout.count() > 0 && !session_->busy())
@@ -147,11 +205,19 @@ class StreamConnection final : public Connection, public std::enable_shared_from
         send(make_error_raw("null", protocol::kSessionTimeout,
                             "The gateway closes this connection: " + expired + "."));
         close(expired);
-        co_return;
+        continue;  // write_timeout is still watched while the connection closes
       }
       watchdog_wake_.reset();
       co_await watchdog_wake_.wait_until(next);
     }
+  }
+
+  // Closes the transport now: the write in progress fails, the queue is dropped, and every producer
+  // waiting for room (answers, a worker relaying logs) goes on at once.
+  void abandon_writes() {
+    if (abandoned_) return;
+    abandoned_ = true;
+    Transport<Stream>::close(stream_.stream());
   }
 
   asio::awaitable<void> teardown(std::string why) {
@@ -164,6 +230,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
     Transport<Stream>::close(stream_.stream());
     log::info("{}: closed", name_);
     closed_.set();
+    watchdog_wake_.set();
   }
 
   GatewayContext& context_;
@@ -177,6 +244,9 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   clock::time_point connected_at_;
   clock::time_point last_activity_;
   AsyncEvent watchdog_wake_;
+  std::optional<asio::any_io_executor> offload_;
+  bool reading_paused_ = false;  // back-pressure: the client's write queue is full
+  bool abandoned_ = false;       // the transport was closed with writes still queued
 };
 
 extern template class StreamConnection<asio::ip::tcp::socket>;

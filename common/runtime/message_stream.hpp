@@ -13,6 +13,7 @@
 #include "common/runtime/write_queue.hpp"
 
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/co_spawn.hpp>
 
 #include <functional>
 #include <optional>
@@ -73,13 +74,27 @@ class MessageStream {
   // Called when the first bytes of a frame arrive and the frame is not complete yet.
   std::function<void()> on_partial_frame;
 
+  // Frames whose body is at least `threshold` bytes are classified on `pool` (a thread pool), so that
+  // one huge frame does not hold up every other stream on this stream's thread. The reader waits for
+  // the result before it looks at the next frame, so messages keep their order.
+  void classify_large_frames_on(asio::any_io_executor pool, std::size_t threshold) {
+    offload_ = std::move(pool);
+    offload_threshold_ = threshold;
+  }
+
   asio::awaitable<Incoming> read() {
     for (;;) {
       auto r = reader_.next();
       if (!r.skipped.empty() && on_stray_bytes) on_stray_bytes(r.skipped);
       if (r.kind == FrameReader::Result::Kind::frame) {
         mark_partial(reader_.buffered() > 0, true);
-        co_return classify(std::move(r.body));
+        if (offload_ && r.body.size() >= offload_threshold_) {
+          // A coroutine function, not a lambda with captures: its frame owns the body.
+          Incoming in = co_await asio::co_spawn(*offload_, classify_on_pool(std::move(r.body), options_.json),
+                                                asio::use_awaitable);
+          co_return in;
+        }
+        co_return classify(std::move(r.body), options_.json);
       }
       if (r.kind == FrameReader::Result::Kind::error) {
         Incoming in;
@@ -108,15 +123,27 @@ class MessageStream {
   std::size_t buffered() const { return reader_.buffered(); }
   // Since when a frame has been arriving and is not complete; none between frames.
   std::optional<clock::time_point> partial_since() const { return partial_since_; }
+  // The reader paused on purpose (back-pressure): a frame's read time starts again from now.
+  void restart_read_clock() {
+    if (partial_since_) partial_since_ = clock::now();
+  }
 
   // --- writing (everything enqueues; run_writer() is the one writer)
 
   void send(std::string_view json_text) { writer_.push(encode_frame(json_text)); }
   // Bytes as they are, without framing (test peers that corrupt their own stream on purpose).
   void send_raw(std::string bytes) { writer_.push(std::move(bytes)); }
-  // Resumes once the write queue is below its high-water mark (or the stream is gone).
+  // Resumes once the write queue is at most its high-water mark (or the stream is gone). A producer
+  // that awaits it right before each send keeps the queue within high water + one frame.
   asio::awaitable<void> wait_for_room() { return writer_.wait_for_room(); }
   std::size_t queued_bytes() const { return writer_.queued_bytes(); }
+  std::size_t high_water() const { return writer_.high_water(); }
+  // Above the high-water mark: readers of this stream pause (back-pressure to the peer).
+  bool write_queue_full() const { return writer_.full(); }
+  // While above the high-water mark: since when the peer has taken no bytes (see WriteQueue).
+  std::optional<clock::time_point> write_stalled_since() const { return writer_.stalled_since(); }
+  // Called when the write queue rises above its high-water mark.
+  void on_write_queue_full(std::function<void()> f) { writer_.on_full = std::move(f); }
   bool write_failed() const { return writer_.failed(); }
 
   asio::awaitable<void> run_writer() { return writer_.run(); }
@@ -126,9 +153,13 @@ class MessageStream {
   asio::awaitable<bool> wait_written(clock::duration timeout) { return writer_.wait_finished(timeout); }
 
  private:
-  Incoming classify(std::string body) {
+  static asio::awaitable<Incoming> classify_on_pool(std::string body, JsonLimits limits) {
+    co_return classify(std::move(body), limits);
+  }
+
+  static Incoming classify(std::string body, JsonLimits limits) {
     Incoming in;
-    auto classified = parse_message(body, options_.json);
+    auto classified = parse_message(body, limits);
     if (auto* bad = std::get_if<ProtocolError>(&classified)) {
       in.kind = Incoming::Kind::invalid;
       in.problem = std::move(*bad);
@@ -156,6 +187,8 @@ class MessageStream {
   WriteQueue<Stream> writer_;
   std::vector<char> buffer_;
   std::optional<clock::time_point> partial_since_;
+  std::optional<asio::any_io_executor> offload_;
+  std::size_t offload_threshold_ = 0;
 };
 
 // Two one-way streams as one duplex stream: a child's stdout and stdin, or a program's own stdin

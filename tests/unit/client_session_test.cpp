@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <set>
 #include <vector>
 
 namespace rjg::gateway {
@@ -282,6 +283,140 @@ command = ["/bin/true"]
   EXPECT_FALSE(journal.dropped_mid_call) << "a lease was destroyed while its call was running";
   ASSERT_FALSE(journal.calls.empty());
   EXPECT_EQ(journal.calls.back(), R"(end {"token":"w-2"} (its session closed))");
+  EXPECT_EQ(context.requests_in_flight, 0u);
+}
+
+// --- Accounting of pending requests (max_pending_requests, max_pending_bytes)
+
+// A worker whose keywords all wait until the test opens the gate, then answer "done".
+class GatedLease final : public workers::Lease {
+ public:
+  explicit GatedLease(AsyncEvent& gate) : gate_(gate) {}
+  pid_t pid() const override { return 4300; }
+  bool prewarmed() const override { return false; }
+  asio::awaitable<Message> import_library(std::string, std::weak_ptr<workers::CallObserver>) override {
+    co_return parse(R"({"jsonrpc":"2.0","id":1,"result":{"token":"w-gated","definition":{}}})");
+  }
+  asio::awaitable<Message> run_keyword(std::string, std::string, std::weak_ptr<workers::CallObserver>) override {
+    co_await gate_.wait();
+    co_return parse(R"({"jsonrpc":"2.0","id":2,"result":{"result":"done"}})");
+  }
+  asio::awaitable<std::optional<Message>> finalize_library(std::string, std::weak_ptr<workers::CallObserver>) override {
+    co_return std::nullopt;
+  }
+  asio::awaitable<void> end(std::string, std::string) override { co_return; }
+  asio::awaitable<void> release(std::string) override { co_return; }
+
+ private:
+  AsyncEvent& gate_;
+};
+
+class GatedLeases final : public workers::LeaseSource {
+ public:
+  explicit GatedLeases(AsyncEvent& gate) : gate_(gate) {}
+  asio::awaitable<std::shared_ptr<workers::Lease>> acquire(const config::Library&) override {
+    co_return std::make_shared<GatedLease>(gate_);
+  }
+
+ private:
+  AsyncEvent& gate_;
+};
+
+// Each unanswered request counts against max_pending_requests and its text against max_pending_bytes
+// until it is answered; a request beyond either is answered -32014 at once, naming the setting; a
+// request is always admitted when nothing else waits.
+TEST(ClientSession, PendingRequestsAreCountedAndBounded) {
+  asio::io_context io;
+  auto config = config::load_string(R"(
+[gateway]
+listen = ["tcp://127.0.0.1:0"]
+max_pending_bytes = "64KiB"
+max_pending_requests = 4
+[[library]]
+name = "Fake"
+command = ["/bin/true"]
+)",
+                                    "test.toml");
+  gateway::GatewayContext context(io.get_executor(), config, "test");
+  AsyncEvent gate(io.get_executor());
+  GatedLeases leases(gate);
+
+  TestStream server_end(io), client_end(io);
+  server_end.connect(client_end);
+  auto connection = std::make_shared<StreamConnection<TestStream>>(std::move(server_end), context, leases,
+                                                                  "session 2 (in-memory)");
+  connection->start();
+  Client client(std::move(client_end));
+  client.start();
+
+  auto run = [](int id, std::string_view token, std::size_t arg_bytes) {
+    return fmt::format(R"({{"jsonrpc":"2.0","id":{},"method":"robot/run_keyword","params":{{"library_token":"{}","name":"K","args":["{}"]}}}})",
+                       id, token, std::string(arg_bytes, 'x'));
+  };
+  bool finished = false;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        client.send(R"({"jsonrpc":"2.0","id":0,"method":"robot/initialize","params":{}})");
+        co_await client.answer();
+        client.send(R"({"jsonrpc":"2.0","method":"robot/initialized","params":{}})");
+        client.send(R"({"jsonrpc":"2.0","id":"imp","method":"robot/import_library","params":{"name":"Fake"}})");
+        const std::string token = token_of(co_await client.answer());
+
+        // Two of 30 KiB fit in 64 KiB; the third does not.
+        const auto first = run(1, token, 30 * 1024), second = run(2, token, 30 * 1024);
+        client.send(first);
+        client.send(second);
+        client.send(run(3, token, 30 * 1024));
+        auto too_big = co_await client.answer();
+        EXPECT_EQ(too_big.id_text(), "3");
+        EXPECT_EQ(too_big.error_code(), protocol::kAtCapacity);
+        // Each frame's body is the text and the CRLF that ends it (counted in Content-Length).
+        const auto waiting = fmt::format("{} bytes of 2 unanswered requests", first.size() + second.size() + 4);
+        EXPECT_NE(too_big.error_message().find(waiting), std::string::npos)
+            << too_big.error_message() << "\nexpected: " << waiting;
+        EXPECT_NE(too_big.error_message().find("max_pending_bytes = 65536"), std::string::npos) << too_big.error_message();
+
+        // Small ones fit, up to four unanswered; the fifth is refused by number.
+        client.send(run(4, token, 10));
+        client.send(run(5, token, 10));
+        client.send(run(6, token, 10));
+        auto too_many = co_await client.answer();
+        EXPECT_EQ(too_many.id_text(), "6");
+        EXPECT_EQ(too_many.error_code(), protocol::kAtCapacity);
+        EXPECT_NE(too_many.error_message().find("4 are unanswered"), std::string::npos) << too_many.error_message();
+        EXPECT_NE(too_many.error_message().find("max_pending_requests = 4"), std::string::npos)
+            << too_many.error_message();
+        EXPECT_EQ(context.requests_in_flight, 4u);
+
+        // Answers free what they counted.
+        gate.set();
+        std::set<std::string> answered;
+        for (int i = 0; i < 4; ++i) {
+          auto m = co_await client.answer();
+          EXPECT_EQ(m.kind, Message::Kind::response) << m.text();
+          answered.insert(std::string(m.id_text()));
+        }
+        EXPECT_EQ(answered, (std::set<std::string>{"1", "2", "4", "5"}));
+        EXPECT_EQ(context.requests_in_flight, 0u);
+
+        // Nothing waits: one request larger than max_pending_bytes is still admitted.
+        client.send(run(7, token, 100 * 1024));
+        auto big = co_await client.answer();
+        EXPECT_EQ(big.id_text(), "7");
+        EXPECT_EQ(big.kind, Message::Kind::response) << big.text().substr(0, 300);
+
+        client.send(R"({"jsonrpc":"2.0","method":"robot/exit","params":{}})");
+        EXPECT_TRUE(co_await client.closed_by_peer());
+        co_await connection->wait_closed();
+        finished = true;
+        io.stop();
+      },
+      [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
+  io.run_for(std::chrono::seconds(30));
+  EXPECT_TRUE(finished);
   EXPECT_EQ(context.requests_in_flight, 0u);
 }
 

@@ -3,6 +3,10 @@
 //
 // usage: robot-test-worker [--name NAME] [fault flags] [--stdio | --tcp HOST:PORT] [--log-level L]
 #include "workers/sdk/sdk.hpp"
+#include "workers/test_worker/robot_eval.hpp"
+
+#include <map>
+#include <mutex>
 
 #include <fmt/format.h>
 
@@ -10,6 +14,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,7 +44,14 @@ struct Faults {
   int stderr_lines = 0;
   bool fail_import = false;
   std::string initialize_wait_file;
+  bool evaluate = false;  // --evaluate: pose as the reference server, which evaluates argument strings
 };
+
+// --evaluate (robot_eval.hpp): arguments are resolved as Robot Framework resolves them in the reference
+// server. The resolved import arguments of each instance, by the address of its ImportArgs.
+bool g_evaluate = false;
+std::map<const rjg::sdk::ImportArgs*, json::object> g_resolved_imports;
+std::mutex g_resolved_imports_mutex;
 
 // The descriptors open when main() began: what the worker inherited from whoever started it.
 std::vector<int> g_fds_at_start;
@@ -87,6 +99,10 @@ constexpr const char* kUsage =
     "  --no-initialize            never answer robot/initialize\n"
     "  --stderr-lines N           print N numbered lines to stderr at start\n"
     "  --fail-import              answer robot/import_library with 'simulated import failure'\n"
+    "  --evaluate                 pose as the reference server (server_info name RobotJsonRpcRemoteServer) and\n"
+    "                             resolve argument strings as its Robot Framework does (variables, inline\n"
+    "                             Python: each open('PATH' creates PATH, %{ENV}, backslashes, name=value,\n"
+    "                             control words); see 'Echo Arguments' and 'Get Resolved Import Args'\n"
     "  --initialize-wait-file PATH  answer robot/initialize only once PATH exists (checked every 10 ms, up to\n"
     "                             120 s; then it answers anyway)\n";
 
@@ -119,6 +135,17 @@ ErrorMode parse_mode(const std::string& mode) {
   }
   // kill() and raise() return only if the signal is somehow not fatal; make sure we still die.
   ::_exit(code);
+}
+
+// Import kw_args that make the worker send values the gateway must check: "fail_with_data_json" fails
+// the import with a JSON-RPC error whose data is that text; "extra_result_json" adds a member "extra"
+// with that value to the import result.
+void lossless_import_hook(rjg::sdk::ImportContext& context) {
+  const auto& kw = context.import.kw_args;
+  if (const auto* data = kw.if_contains("fail_with_data_json"); data && data->is_string())
+    throw rjg::sdk::RpcError(-32099, "import failed on purpose, with data", std::string(data->get_string()));
+  if (const auto* extra = kw.if_contains("extra_result_json"); extra && extra->is_string())
+    context.extra_result["extra"] = json::parse(extra->get_string());
 }
 
 void add_keywords(rjg::sdk::Library& lib) {
@@ -229,7 +256,72 @@ void add_keywords(rjg::sdk::Library& lib) {
                 return out;
               });
 
+  // --- Arguments as the library sees them (--evaluate: after Robot Framework's resolution) -------
+
+  lib.keyword("Echo Arguments", {rjg::sdk::Arg::var_positional("args"), rjg::sdk::Arg::var_named("kwargs")},
+              "Returns {'args': [...], 'kwargs': {...}}: what a keyword with (*args, **kwargs) receives. With "
+              "--evaluate, after the resolution the reference server's Robot Framework applies.",
+              [](Call& c) -> json::value {
+                const json::array& args = c.value("args").as_array();
+                const json::object& kwargs = c.value("kwargs").as_object();
+                if (!g_evaluate) return json::object{{"args", args}, {"kwargs", kwargs}};
+                try {
+                  return rjg::robot_eval::resolve_keyword_call(args, kwargs);
+                } catch (const rjg::robot_eval::EvalError& e) {
+                  throw KeywordError(e.what(), "DataError");
+                }
+              });
+
+  lib.keyword("Get Resolved Import Args", {},
+              "Returns {'args': [...], 'kw_args': {...}} as the library's __init__(*args, **kwargs) received them "
+              "(with --evaluate: resolved, plus 'alias' when AS or WITH NAME gave one).",
+              [](Call& c) -> json::value {
+                if (g_evaluate) {
+                  std::lock_guard lock(g_resolved_imports_mutex);
+                  if (auto it = g_resolved_imports.find(&c.import_args()); it != g_resolved_imports.end())
+                    return it->second;
+                }
+                return json::object{{"args", c.import_args().args}, {"kw_args", c.import_args().kw_args}};
+              });
+
   // --- Pools, resource limits and process hygiene ------------------------------------------------
+
+  // --- Values exactly as they travel (raw texts, no tree) and the values a gateway must check --------
+
+  lib.raw_keyword("Echo Raw",
+                  "Returns {'args': ARGS, 'kwargs': KWARGS} with the texts exactly as the worker received them "
+                  "(NaN, Infinity, number spellings and string escapes included).",
+                  [](Call& c) -> json::value {
+                    const auto args = c.args_text(), kwargs = c.kwargs_text();
+                    c.return_raw(fmt::format(R"({{"args":{},"kwargs":{}}})", args.empty() ? "[]" : args,
+                                             kwargs.empty() ? "{}" : kwargs));
+                    return nullptr;
+                  });
+  lib.keyword("Return Raw", {{"json_text", "str"}},
+              "Returns `json_text` as the result's text, unparsed (any JSON, NaN and Infinity included).",
+              [](Call& c) -> json::value {
+                c.return_raw(c.get<std::string>("json_text"));
+                return nullptr;
+              });
+  lib.keyword("Get Import Args Raw", {},
+              "Returns {'args': ARGS, 'kw_args': KW_ARGS} with the import's texts exactly as received.",
+              [](Call& c) -> json::value {
+                const auto& i = c.import_args();
+                c.return_raw(fmt::format(R"({{"args":{},"kw_args":{}}})", i.args_text.empty() ? "[]" : i.args_text,
+                                         i.kw_args_text.empty() ? "{}" : i.kw_args_text));
+                return nullptr;
+              });
+  lib.keyword("Log Raw", {{"params_json", "str"}},
+              "Sends a robot/log notification whose params are `params_json` as written; returns 'logged'.",
+              [](Call& c) -> json::value {
+                c.notify_raw(rjg::make_notification_raw("robot/log", c.get<std::string>("params_json")));
+                return json::string("logged");
+              });
+  lib.keyword("Fail With Data", {{"data_json", "str"}, {"code", "int", json::value(-32099)}},
+              "Answers with a JSON-RPC error (not a keyword failure) whose data is `data_json` as written.",
+              [](Call& c) -> json::value {
+                throw rjg::sdk::RpcError(c.get<int>("code"), "failed on purpose, with data", c.get<std::string>("data_json"));
+              });
 
   lib.keyword("Allocate", {{"bytes", "int"}},
               "Allocates `bytes` bytes and touches every page; returns 'ok'. Fails with MemoryError when the "
@@ -328,6 +420,70 @@ void add_keywords(rjg::sdk::Library& lib) {
                 return static_cast<std::int64_t>(pid);
               });
 
+  lib.keyword("Spawn Detached Grandchild", {{"pid_file", "str"}, {"ignore_sigterm", "bool", json::value(false)}},
+              "Forks a child that forks a grandchild and exits at once; the grandchild calls setsid (leaving "
+              "the worker's process group), points stdin/stdout/stderr at /dev/null, closes every other "
+              "descriptor, writes its pid to `pid_file` and sleeps forever (ignoring SIGTERM if "
+              "`ignore_sigterm`). Returns the grandchild's pid once `pid_file` exists.",
+              [](Call& c) -> json::value {
+                const std::string path = c.get<std::string>("pid_file");
+                const std::string temp = path + ".tmp";
+                const bool ignore_term = c.get<bool>("ignore_sigterm");
+                // Only async-signal-safe calls after fork (the SDK runs threads): prepare everything here.
+                const pid_t child = ::fork();
+                if (child < 0) throw KeywordError("fork failed", "OSError");
+                if (child == 0) {
+                  if (::fork() != 0) ::_exit(0);  // the grandchild's parent dies: it is reparented
+                  ::setsid();
+                  if (ignore_term) ::signal(SIGTERM, SIG_IGN);
+                  const int null = ::open("/dev/null", O_RDWR);
+                  for (int fd = 0; fd <= 2; ++fd) ::dup2(null, fd);
+                  for (int fd = 3; fd < 1024; ++fd) ::close(fd);
+                  char text[32];
+                  int n = 0;
+                  for (pid_t p = ::getpid(); p > 0; p /= 10) text[n++] = static_cast<char>('0' + p % 10);
+                  for (int i = 0; i < n / 2; ++i) std::swap(text[i], text[n - 1 - i]);
+                  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+                  if (fd >= 0) {
+                    (void)!::write(fd, text, static_cast<std::size_t>(n));
+                    ::close(fd);
+                    ::rename(temp.c_str(), path.c_str());
+                  }
+                  for (;;) ::pause();
+                }
+                ::waitpid(child, nullptr, 0);
+                const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+                while (::access(path.c_str(), F_OK) != 0) {
+                  if (std::chrono::steady_clock::now() >= deadline)
+                    throw KeywordError(fmt::format("{} did not appear within 20 s", path), "TimeoutError");
+                  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                }
+                std::FILE* f = std::fopen(path.c_str(), "r");
+                long long pid = 0;
+                if (!f || std::fscanf(f, "%lld", &pid) != 1) pid = 0;
+                if (f) std::fclose(f);
+                return static_cast<std::int64_t>(pid);
+              });
+
+  lib.keyword("Write Garbage Lines", {{"line", "str"}, {"bytes", "int"}},
+              "Writes `line` again and again raw into the protocol stream until `bytes` bytes are written (64 "
+              "KiB at a time), then logs 'garbage written: N bytes' to stderr and answers 'ok'.",
+              [](Call& c) -> json::value {
+                const std::string line = c.get<std::string>("line");
+                const auto bytes = c.get<std::int64_t>("bytes");
+                if (line.empty() || bytes < 0) throw KeywordError("line must not be empty, bytes not negative", "ValueError");
+                std::string chunk;
+                while (chunk.size() < 65536) chunk += line;
+                std::int64_t written = 0;
+                while (written < bytes) {
+                  const auto n = std::min<std::int64_t>(bytes - written, static_cast<std::int64_t>(chunk.size()));
+                  c.write_raw(std::string_view(chunk).substr(0, static_cast<std::size_t>(n)));
+                  written += n;
+                }
+                write_stderr(fmt::format("garbage written: {} bytes\n", written));
+                return "ok";
+              });
+
   lib.keyword("Wait For File", {{"path", "str"}, {"timeout", "float", json::value(60.0)}},
               "Logs 'waiting for PATH', then waits until PATH exists (checked every 10 ms); returns 'ok', or "
               "fails with TimeoutError after `timeout` seconds.",
@@ -383,6 +539,8 @@ std::optional<std::string> take_fault_flags(std::vector<std::string>& args, Faul
         faults.stderr_lines = std::stoi(*v);
       } else if (arg == "--fail-import") {
         faults.fail_import = true;
+      } else if (arg == "--evaluate") {
+        faults.evaluate = true;
       } else if (arg == "--initialize-wait-file") {
         auto v = value();
         if (!v || v->empty()) return "--initialize-wait-file needs a path";
@@ -437,8 +595,22 @@ int main(int argc, char** argv) {
     }
     return !silent;
   });
+  g_evaluate = faults.evaluate;
+  if (faults.evaluate) library.server_name("RobotJsonRpcRemoteServer");
   library.on_import([fail = faults.fail_import](rjg::sdk::ImportContext& context) {
     if (fail) throw std::runtime_error("simulated import failure");
+    lossless_import_hook(context);
+    if (g_evaluate) {
+      // Resolved at import time, as Robot resolves a library's init arguments: "code runs" now.
+      json::object resolved;
+      try {
+        resolved = rjg::robot_eval::resolve_import(context.import.args, context.import.kw_args);
+      } catch (const rjg::robot_eval::EvalError& e) {
+        throw std::runtime_error(e.what());
+      }
+      std::lock_guard lock(g_resolved_imports_mutex);
+      g_resolved_imports[&context.import] = std::move(resolved);
+    }
     context.state = std::make_shared<InstanceTracker>();
   });
   const int rc = rjg::sdk::serve(library, options);

@@ -1,0 +1,317 @@
+// Bounded memory, by configuration (issue 8): what one connection can make the gateway hold is
+// counted and bounded by [gateway] settings, and the README's formula for it holds. Each case starts a
+// fresh gateway, drives one hostile client, and compares the gateway's peak resident memory (VmHWM)
+// with the formula computed from the settings the case uses. The exact behaviour is asserted too:
+// which requests are refused and with what, and that write_timeout disconnects a client that does
+// not read. Deadlines only bound waits; nothing here depends on how fast anything is.
+#include "tests/integration/gateway_test.hpp"
+
+#include "common/protocol/framing.hpp"
+
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+
+namespace rjg::test {
+namespace {
+
+constexpr auto kBound = 60s;
+constexpr std::uint64_t kKiB = 1024, kMiB = 1024 * 1024;
+
+// A field of /proc/PID/status in bytes (VmHWM: the peak resident memory since the process started).
+std::uint64_t proc_status_bytes(pid_t pid, std::string_view field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with(field) && line.size() > field.size() && line[field.size()] == ':')
+      return std::stoull(line.substr(field.size() + 1)) * 1024;
+  }
+  return 0;
+}
+
+// The settings the README's formula takes, as a case configures them.
+struct Settings {
+  std::uint64_t max_message_bytes = 64 * kMiB;
+  std::uint64_t max_header_bytes = 8 * kKiB;
+  std::uint64_t max_pending_bytes = 16 * kMiB;
+  std::uint64_t max_pending_requests = 64;
+  std::string write_timeout = "30s";
+  bool defaults = true;  // the [gateway] defaults, but for write_timeout
+
+  std::string toml() const {
+    std::string t = fmt::format("write_timeout = \"{}\"\n", write_timeout);
+    if (!defaults)
+      t += fmt::format("max_message_bytes = {}\nmax_header_bytes = {}\nmax_pending_bytes = {}\n"
+                       "max_pending_requests = {}\n",
+                       max_message_bytes, max_header_bytes, max_pending_bytes, max_pending_requests);
+    return t;
+  }
+};
+
+// The README's worst case (section "Bounded memory"), for `connections` client connections that each
+// run at most C = `calls` keywords at once, served by `workers` workers. The write queue's high-water
+// mark W is the gateway's fixed 4 MiB; E = 1: the test worker gets its strings as they are (no escaping).
+std::uint64_t formula(const Settings& s, std::uint64_t connections, std::uint64_t calls, std::uint64_t workers) {
+  const std::uint64_t H = s.max_header_bytes, M = s.max_message_bytes, B = s.max_pending_bytes, C = calls;
+  const std::uint64_t W = 4 * kMiB, E = 1;
+  const std::uint64_t reading = 2 * (H + M) + 3 * M + 64 * kKiB;
+  const std::uint64_t pending = E * (std::max(B, M) + C * M);
+  const std::uint64_t writing = W + (2 * C + 1) * (M + kKiB);
+  const std::uint64_t per_worker = 2 * (H + M) + 2 * M + 64 * kKiB;
+  return connections * (reading + pending + writing) + workers * per_worker;
+}
+
+// A raw client socket that can send without ever reading.
+class RawClient {
+ public:
+  explicit RawClient(std::uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) throw std::runtime_error(fmt::format("socket: {}", std::strerror(errno)));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+      throw std::runtime_error(fmt::format("connect: {}", std::strerror(errno)));
+  }
+  ~RawClient() { ::close(fd_); }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  enum class Sent { all, closed, stuck };
+  // Sends bytes without reading: `all` once written, `closed` when the gateway closed or reset the
+  // connection, `stuck` when nothing more could be written until the deadline.
+  Sent send(std::string_view bytes, Clock::time_point deadline) {
+    while (!bytes.empty()) {
+      ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        sent_ += static_cast<std::uint64_t>(n);
+        bytes.remove_prefix(static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (Clock::now() >= deadline) return Sent::stuck;
+        pollfd p{fd_, POLLOUT, 0};
+        ::poll(&p, 1, 100);
+        continue;
+      }
+      return Sent::closed;
+    }
+    return Sent::all;
+  }
+  std::uint64_t sent() const { return sent_; }
+
+  // Reads whatever arrived and whether the peer closed; never blocks.
+  bool peer_closed() {
+    char buf[64 * 1024];
+    for (;;) {
+      ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0) continue;
+      if (n == 0) return true;
+      if (errno == EINTR) continue;
+      return errno != EAGAIN && errno != EWOULDBLOCK;
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  std::uint64_t sent_ = 0;
+};
+
+std::string request_frame(std::string_view id_json, std::string_view method, std::string_view params_json) {
+  return encode_frame(fmt::format(R"({{"jsonrpc":"2.0","id":{},"method":"{}","params":{}}})", id_json, method,
+                                  params_json));
+}
+
+class MemoryTest : public GatewayTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  // Tight settings make the formula a meaningful bound; the defaults show the measured peak is
+  // well under 128 MiB.
+  Settings settings() const {
+    Settings s;
+    s.write_timeout = "2s";
+    if (!GetParam()) {
+      s.defaults = false;
+      s.max_message_bytes = 4 * kMiB;
+      s.max_header_bytes = 8 * kKiB;
+      s.max_pending_bytes = 16 * kMiB;
+      s.max_pending_requests = 64;
+    }
+    return s;
+  }
+
+  void start_gateway(const Settings& s) {
+    GatewayOptions o;
+    o.log_level = "info";
+    o.extra_gateway_toml = s.toml();
+    start({test_library("TestLibrary")}, o);
+    baseline_ = proc_status_bytes(gateway().pid(), "VmRSS");
+  }
+
+  void expect_peak_within(const Settings& s, std::uint64_t calls, std::uint64_t workers) {
+    const std::uint64_t peak = proc_status_bytes(gateway().pid(), "VmHWM");
+    const std::uint64_t bound = formula(s, 1, calls, workers);
+    ASSERT_GT(peak, 0u);
+    EXPECT_LE(peak, baseline_ + bound) << "peak RSS " << peak / kKiB << " KiB; baseline " << baseline_ / kKiB
+                                       << " KiB + formula " << bound / kKiB << " KiB";
+    if (s.defaults) {
+      EXPECT_LT(peak, 128 * kMiB) << "peak RSS " << peak / kKiB << " KiB with the defaults";
+    }
+    std::cerr << fmt::format("[ memory ] {}: baseline {} KiB, peak {} KiB, formula allows {} KiB more\n",
+                             s.defaults ? "defaults" : "tight settings", baseline_ / kKiB, peak / kKiB, bound / kKiB);
+  }
+
+  std::uint64_t baseline_ = 0;
+};
+
+// A client that never reads while it sends 100 MiB of small requests that each get an answer: the
+// gateway stops reading from it once its answers fill the write queue (back-pressure, not buffering),
+// and write_timeout then disconnects it with a log line.
+TEST_P(MemoryTest, NonReadingClientIsThrottledThenDisconnected) {
+  const Settings s = settings();
+  start_gateway(s);
+
+  RawClient client(gateway().port());
+  ASSERT_EQ(client.send(request_frame("0", protocol::kInitialize, R"({"capabilities":{}})") +
+                            encode_frame(R"({"jsonrpc":"2.0","method":"robot/initialized","params":{}})"),
+                        Clock::now() + kBound),
+            RawClient::Sent::all);
+
+  // 1 MiB of run_keyword requests with a token nobody issued: each is answered -32011 at once.
+  std::string chunk;
+  for (int i = 0; chunk.size() < kMiB; ++i)
+    chunk += request_frame(std::to_string(i), protocol::kRunKeyword,
+                           R"({"library_token":"TestLibrary-00000000000000000000000000000000","name":"Echo","args":["x"]})");
+  RawClient::Sent result = RawClient::Sent::all;
+  const auto deadline = Clock::now() + kBound;
+  while (client.sent() < 100 * kMiB && result == RawClient::Sent::all) result = client.send(chunk, deadline);
+
+  EXPECT_EQ(result, RawClient::Sent::closed)
+      << "the gateway should stop reading from a client that does not read (it took " << client.sent()
+      << " bytes), then disconnect it after write_timeout";
+  EXPECT_LT(client.sent(), 100 * kMiB) << "the gateway read everything a non-reading client sent";
+  EXPECT_TRUE(eventually([&] { return client.peer_closed(); }, kBound));
+  EXPECT_TRUE(eventually([&] { return gateway().log().find("(write_timeout)") != std::string::npos; }, kBound))
+      << "no log line names write_timeout";
+  expect_peak_within(s, 0, 0);
+
+  // The gateway goes on serving.
+  auto [c, token] = session();
+  auto echo = c.run_keyword(token, "Echo", json::array{"still here"});
+  RJG_ASSERT_KEYWORD_OK(echo);
+}
+
+// 30 requests of 2 MiB pipelined behind a keyword that waits: those that fit in max_pending_bytes wait
+// for the worker as text and are answered; every one beyond it is refused at once with an error that
+// says how many bytes wait, the setting, and what to do.
+TEST_P(MemoryTest, PipelinedLargeRequestsBeyondMaxPendingBytesAreRefused) {
+  const Settings s = settings();
+  start_gateway(s);
+  auto [c, token] = session();
+  remember_pid(worker_pid(c, token));
+
+  const fs::path gate = gateway().dir() / "go";
+  const std::string waiting = request_frame(
+      R"("wait")", protocol::kRunKeyword,
+      fmt::format(R"({{"library_token":"{}","name":"Wait For File","args":[{}]}})", token,
+                  json::serialize(json::value(gate.string()))));
+  c.send_raw(waiting);
+  std::uint64_t pending = waiting.size() - (waiting.find("\r\n\r\n") + 4);  // the body's size
+
+  const std::string big(2 * kMiB, 'x');
+  std::set<int> admitted, refused;
+  for (int i = 1; i <= 30; ++i) {
+    auto frame = request_frame(std::to_string(i), protocol::kRunKeyword,
+                               fmt::format(R"({{"library_token":"{}","name":"Echo","args":["{}"]}})", token, big));
+    const std::uint64_t body = frame.size() - (frame.find("\r\n\r\n") + 4);
+    if (pending + body <= s.max_pending_bytes) {
+      pending += body;
+      admitted.insert(i);
+    } else {
+      refused.insert(i);
+    }
+    c.send_raw(std::move(frame));
+  }
+  ASSERT_FALSE(admitted.empty());
+  ASSERT_FALSE(refused.empty());
+
+  // The refusals come while the keyword still waits: each names the bytes waiting and the setting.
+  std::set<int> got_refused;
+  while (got_refused.size() < refused.size()) {
+    auto m = c.read_message(kBound);
+    ASSERT_TRUE(m) << "only " << got_refused.size() << " of " << refused.size() << " refusals arrived";
+    if (m->kind == Message::Kind::notification) continue;
+    ASSERT_EQ(m->kind, Message::Kind::error_response) << m->text().substr(0, 500);
+    EXPECT_EQ(m->error_code(), protocol::kAtCapacity);
+    EXPECT_NE(m->error_message().find("max_pending_bytes = " + std::to_string(s.max_pending_bytes)),
+              std::string::npos)
+        << m->error_message();
+    EXPECT_NE(m->error_message().find("bytes of"), std::string::npos) << m->error_message();
+    EXPECT_NE(m->error_message().find("Wait for answers"), std::string::npos) << m->error_message();
+    got_refused.insert(std::stoi(std::string(m->id_text())));
+  }
+  EXPECT_EQ(got_refused, refused);
+
+  // Then the keyword ends, and every admitted request is answered with its 2 MiB echo.
+  write_file(gate, "");
+  std::set<int> answered;
+  bool waited = false;
+  while (!waited || answered.size() < admitted.size()) {
+    auto m = c.read_message(kBound);
+    ASSERT_TRUE(m) << "only " << answered.size() << " of " << admitted.size() << " answers arrived";
+    if (m->kind == Message::Kind::notification) continue;
+    ASSERT_EQ(m->kind, Message::Kind::response) << m->text().substr(0, 500);
+    if (m->id_text() == "\"wait\"") {
+      waited = true;
+      continue;
+    }
+    EXPECT_EQ(m->result().at("result"), json::value(big));
+    answered.insert(std::stoi(std::string(m->id_text())));
+  }
+  EXPECT_EQ(answered, admitted);
+  expect_peak_within(s, 1, 1);
+}
+
+// A client that stops reading while its keyword floods logs holds a shared worker (whose logs wait for
+// that client) only until write_timeout cuts it off: then the other session's import, queued behind
+// the flood on the same worker, goes through.
+TEST(WriteTimeoutTest, NonReadingClientReleasesASharedWorker) {
+  ::signal(SIGPIPE, SIG_IGN);
+  auto library = test_library("TestLibrary");
+  library.extra_toml = "isolation = \"shared\"\nmax_workers = 1\n";
+  GatewayOptions o;
+  o.log_level = "info";
+  o.extra_gateway_toml = "write_timeout = \"2s\"\n";
+  GatewayProcess gateway({library}, o);
+  gateway.start();
+
+  RpcClient flooded = gateway.connect();
+  const std::string token = open_library(flooded, "TestLibrary");
+  // About 100 MB of logs that this client never reads.
+  flooded.send_request(protocol::kRunKeyword, json::object{{"library_token", token},
+                                                           {"name", "Log Messages"},
+                                                           {"args", json::array{100000, 1000}},
+                                                           {"kwargs", json::object{}}});
+  RpcClient other = gateway.connect(kBound);
+  other.set_timeout(kBound);
+  const std::string other_token = open_library(other, "TestLibrary");
+  auto echo = other.run_keyword(other_token, "Echo", json::array{"after the flood"});
+  EXPECT_TRUE(echo.ok() && echo.keyword_error() == nullptr) << describe(echo) << "\n" << gateway.log_tail();
+  EXPECT_NE(gateway.log().find("(write_timeout)"), std::string::npos) << gateway.log_tail();
+  EXPECT_TRUE(flooded.wait_closed(kBound)) << "the non-reading client was not disconnected";
+}
+
+INSTANTIATE_TEST_SUITE_P(Settings, MemoryTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Defaults" : "Tight"; });
+
+}  // namespace
+}  // namespace rjg::test
