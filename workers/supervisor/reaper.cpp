@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,8 +14,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <vector>
 
 namespace rjg::workers {
@@ -25,30 +24,53 @@ std::string seconds_text(std::chrono::milliseconds d) {
   return fmt::format("{}ms", d.count());
 }
 
+// A small file under /proc, read with plain system calls: a process may end while it is read, and then
+// read() fails with ESRCH (std::ifstream turns that into an exception from deep inside the stream).
+// Empty when it cannot be read.
+std::string read_proc_file(const std::string& path) {
+  std::string text;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return text;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+    if (text.size() > 64 * 1024) break;  // a command line longer than this is shortened anyway
+  }
+  ::close(fd);
+  return text;
+}
+
 // One line of /proc/PID/stat: "pid (comm) state ppid pgrp ...". comm may hold spaces and parentheses.
 struct ProcStat {
   pid_t pid = 0;
   char state = '?';
   pid_t ppid = 0;
   pid_t pgrp = 0;
+  unsigned long long start_time = 0;  // clock ticks after boot
 };
 
 bool read_stat(pid_t pid, ProcStat& out) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_proc_file(fmt::format("/proc/{}/stat", pid));
   auto close = text.rfind(')');
   if (close == std::string::npos) return false;
   int ppid = 0, pgrp = 0;
   char state = '?';
-  if (std::sscanf(text.c_str() + close + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) return false;
-  out = {pid, state, ppid, pgrp};
+  unsigned long long start_time = 0;
+  // Fields 3 to 22: state ppid pgrp, 16 that are skipped, then starttime.
+  if (std::sscanf(text.c_str() + close + 1,
+                  " %c %d %d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &state, &ppid,
+                  &pgrp, &start_time) != 4)
+    return false;
+  out = {pid, state, ppid, pgrp, start_time};
   return true;
 }
 
 // The command line, arguments joined by spaces, shortened for a log line.
 std::string command_line(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/cmdline", pid));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text = read_proc_file(fmt::format("/proc/{}/cmdline", pid));
   while (!text.empty() && text.back() == '\0') text.pop_back();
   for (char& c : text)
     if (c == '\0') c = ' ';
@@ -94,6 +116,8 @@ std::string ExitStatus::describe() const {
 ChildReaper::ChildReaper(boost::asio::any_io_executor executor)
     : executor_(executor), signals_(executor, SIGCHLD), no_orphans_ending_(executor) {
   no_orphans_ending_.set();
+  ProcStat self;
+  if (read_stat(::getpid(), self)) started_at_ = self.start_time;
   arm();
 }
 
@@ -181,6 +205,10 @@ void ChildReaper::scan_orphans() {
   std::unordered_set<pid_t> groups_seen;
   for (const auto& child : own_children()) {
     if (children_.count(child.pid)) continue;           // a worker
+    // Not from a worker: what started before the gateway (its own shell's children, or every process
+    // of a container whose PID 1 it is), and what is in the gateway's own process group (workers lead
+    // groups of their own, and their descendants stay there unless they make new ones).
+    if (child.start_time < started_at_ || child.pgrp == ::getpgrp()) continue;
     if (child.state == 'Z' || child.state == 'X') continue;  // ended: reaped on its SIGCHLD
     if (children_.count(child.pgrp)) continue;          // still in a live worker's group: ends with that group
     if (dead_groups_.count(child.pgrp)) {               // in an ended worker's group: killed with it

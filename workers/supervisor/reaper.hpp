@@ -81,6 +81,9 @@ class ChildReaper {
   // Groups of workers that ended: the Worker killed each whole group, so a member still seen is dying
   // with it, not an orphan. Forgotten once a scan finds no member left.
   std::unordered_set<pid_t> dead_groups_;
+  // When the gateway started (clock ticks after boot): an older child of the gateway cannot be a
+  // worker's descendant.
+  unsigned long long started_at_ = 0;
   AsyncEvent no_orphans_ending_;
 };
 
