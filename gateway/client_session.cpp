@@ -124,6 +124,24 @@ asio::awaitable<std::optional<PickleRefusal>> refuse_pickles_on_pool(const confi
 }
 }  // namespace
 
+asio::awaitable<std::optional<PickleRefusal>> ClientSession::refuse_answer_pickles(
+    const config::Library& library, std::pair<std::string_view, std::string_view> first,
+    std::pair<std::string_view, std::string_view> second) {
+  // A worker's large answer is checked off the loop, like a client's large request; the answer (and
+  // so the views) lives in the caller's frame until this returns.
+  if (context_.offload && library.pickle != config::PicklePolicy::allow &&
+      first.second.size() + second.second.size() >= kOffloadFrameBytes) {
+    PrecheckValues values{{}, {{std::string(first.first), first.second}, {std::string(second.first), second.second}}};
+    auto check = refuse_pickles_on_pool(&library, &values);
+    std::optional<PickleRefusal> verdict =
+        co_await asio::co_spawn(*context_.offload, std::move(check), asio::use_awaitable);
+    log::debug("{}: an answer of library {} with {} bytes of values: pickles checked off the event loop", name_,
+               library.name, first.second.size() + second.second.size());
+    co_return verdict;
+  }
+  co_return gateway::refuse_pickles(library, {{first.first, first.second}, {second.first, second.second}});
+}
+
 asio::awaitable<void> ClientSession::precheck(const Message& message, asio::any_io_executor pool) {
   prechecked_.reset();
   const bool run = message.method() == protocol::kRunKeyword;
@@ -143,7 +161,7 @@ asio::awaitable<void> ClientSession::precheck(const Message& message, asio::any_
       co_await asio::co_spawn(pool, refuse_pickles_on_pool(library, &*found), asio::use_awaitable);
   log::debug("{}: {} of {} bytes: params bound and pickles checked off the event loop", name_, message.method(),
              message.text().size());
-  prechecked_.emplace(Prechecked{library, std::move(found->values), std::move(verdict)});
+  prechecked_.emplace(Prechecked{&message, library, std::move(found->values), std::move(verdict)});
 }
 
 std::optional<PickleRefusal> ClientSession::refuse_argument_pickles(
@@ -176,6 +194,13 @@ void ClientSession::spawn(asio::awaitable<void> task, std::string what) {
 }
 
 void ClientSession::handle(const Message& message) {
+  // What precheck() found applies to this message only, and only while it is being handled: on every
+  // way out (an early refusal included) it is forgotten, as its views point into this message.
+  if (prechecked_ && prechecked_->message != &message) prechecked_.reset();
+  struct ForgetPrecheck {
+    std::optional<Prechecked>& prechecked;
+    ~ForgetPrecheck() { prechecked.reset(); }
+  } forget{prechecked_};
   // What one connection can make the gateway hold is bounded: its unanswered requests in number, and
   // the text of those requests in bytes (each Reply counts its request's text until it is answered).
   // A request beyond either limit is answered at once. One request is always admitted when nothing
@@ -212,7 +237,6 @@ void ClientSession::handle(const Message& message) {
     // request's Reply has already answered it with an internal error.
     log::error("bug: {}: {} failed: {}", name_, message.method(), e.what());
   }
-  prechecked_.reset();
 }
 
 void ClientSession::handle_invalid(const ProtocolError& problem) {
@@ -318,7 +342,7 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
                                   lease->pid(), answer->error_message()),
                       std::string(answer->error_data_text())};
     // The worker's error data travels to the client: the policy applies to it too.
-    if (auto refused = gateway::refuse_pickles(library, {{"error.data", answer->error_data_text()}}))
+    if (auto refused = co_await refuse_answer_pickles(library, {"error.data", answer->error_data_text()}))
       failure = Failure{protocol::kPickleRefused, refused->message, refused->data_json};
   }
   std::optional<WorkerToken> worker_token;
@@ -331,7 +355,7 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
   if (!failure) {
     // Every member of the result travels to the client (argument defaults in the definition, and any
     // member a worker adds): the same policy applies to all of it.
-    if (auto refused = gateway::refuse_pickles(library, {{"result", answer->result_text()}}))
+    if (auto refused = co_await refuse_answer_pickles(library, {"result", answer->result_text()}))
       failure = Failure{protocol::kPickleRefused, refused->message, refused->data_json};
   }
   if (failure) {
@@ -379,6 +403,11 @@ void ClientSession::on_run_keyword(const Message& request, params::RunKeyword pa
   // A worker that evaluates argument strings gets them escaped (after the pickle check, which reads the
   // values as sent).
   if (escapes_arguments(import->config->arguments, import->lease->server_name())) {
+    if (auto refused = refuse_evaluated_pickles(params, *import->config, params.name)) {
+      log::warn("{}: keyword '{}' of {} refused: {}", name_, params.name, import->library, refused->log);
+      reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
+      return;
+    }
     if (const auto escaped = escape_arguments(params))
       log::debug("{}: keyword '{}' of {}: escaped {} argument string(s) for worker pid {}", name_, params.name,
                  import->library, escaped, import->lease->pid());
@@ -398,12 +427,15 @@ asio::awaitable<void> ClientSession::run_keyword(Reply reply, std::string worker
     log::warn("{}: keyword '{}' of library {} failed in the gateway: {}", name_, keyword, import.library, e.what());
     failure = from(e);
   }
+  std::optional<PickleRefusal> refused;
+  if (!failure)
+    refused = co_await refuse_answer_pickles(
+        *import.config, {"result", answer->kind == Message::Kind::response ? answer->result_text() : ""},
+        {"error.data", answer->error_data_text()});
   co_await room_for_answer();  // nothing suspends between here and the answer
   if (failure) {
     reply.error(failure->code, failure->message, failure->data_json);
-  } else if (auto refused = gateway::refuse_pickles(
-                 *import.config, {{"result", answer->kind == Message::Kind::response ? answer->result_text() : ""},
-                                  {"error.data", answer->error_data_text()}})) {
+  } else if (refused) {
     log::warn("{}: result of keyword '{}' of {} refused: {}", name_, keyword, import.library, refused->message);
     reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
   } else {
@@ -425,11 +457,24 @@ void ClientSession::on_finalize_library(const Message& request, params::Finalize
 }
 
 asio::awaitable<void> ClientSession::finalize_library(Reply reply, Import import) {
-  auto answer = co_await import.lease->finalize_library(finalize_params(import), weak_from_this());
-  co_await room_for_answer();
-  // A worker that is already gone has nothing left to finalize.
-  if (answer) reply.send(answer->with_id(reply.id_text()));
-  else reply.result(json::object{});
+  auto relay = std::make_shared<CallRelay>(weak_from_this(), *import.config, name_);
+  auto answer = co_await import.lease->finalize_library(finalize_params(import), relay);
+  // What the worker answers travels to the client: the pickle policy applies to it as to any answer.
+  std::optional<PickleRefusal> refused;
+  if (answer)
+    refused = co_await refuse_answer_pickles(
+        *import.config, {"result", answer->kind == Message::Kind::response ? answer->result_text() : ""},
+        {"error.data", answer->error_data_text()});
+  co_await room_for_answer();  // nothing suspends between here and the answer
+  if (refused) {
+    log::warn("{}: finalize answer of {} refused: {}", name_, import.library, refused->message);
+    reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
+  } else if (answer) {
+    reply.send(answer->with_id(reply.id_text()));
+  } else {
+    // A worker that is already gone has nothing left to finalize.
+    reply.result(json::object{});
+  }
 }
 
 void ClientSession::on_shutdown(const Message& request) {
@@ -458,6 +503,7 @@ asio::awaitable<void> ClientSession::end(std::string why) {
   // is bounded by its own timeouts, except a keyword still running on a shared worker.
   if (!co_await background_done_.wait_for(120s))
     log::error("{}: {} tasks still running 120s after close ({})", name_, background_, why);
+  co_return;  // explicit: GCC 12 miscompiles an awaitable<void> that falls off the end after `if (co_await ...)`
 }
 
 }  // namespace rjg::gateway

@@ -78,6 +78,11 @@ class ClientSession : public ServerMethods,
   // precheck() computed off the loop for exactly these values is used as it is.
   std::optional<PickleRefusal> refuse_argument_pickles(
       const config::Library& library, std::initializer_list<std::pair<std::string_view, std::string_view>> values);
+  // gateway::refuse_pickles for the values of a worker's answer (a second one may be empty); off the
+  // loop when they are large.
+  asio::awaitable<std::optional<PickleRefusal>> refuse_answer_pickles(
+      const config::Library& library, std::pair<std::string_view, std::string_view> first,
+      std::pair<std::string_view, std::string_view> second = {});
   // Runs a request handler as its own coroutine, so reading goes on.
   void spawn(asio::awaitable<void> task, std::string what);
 
@@ -96,6 +101,7 @@ class ClientSession : public ServerMethods,
   std::size_t requests_in_flight_ = 0;  // unanswered requests of this connection
   std::size_t pending_bytes_ = 0;       // the text of those requests, in bytes
   struct Prechecked {
+    const Message* message;  // the message it was computed for: it applies to that one only
     const config::Library* library;
     std::vector<std::pair<std::string, std::string_view>> values;  // views into the message being handled
     std::optional<PickleRefusal> verdict;

@@ -15,15 +15,19 @@ namespace rjg::gateway {
 inline constexpr std::string_view kServerName = "robot-jsonrpc-gateway";
 
 struct GatewayContext {
-  GatewayContext(asio::any_io_executor executor, const config::Config& config, std::string version)
-      : executor(executor), config(config), router(config), reaper(executor), version(std::move(version)),
-        worker_options(make_worker_options(config, this->version)), pools(executor, config, reaper, worker_options),
-        idle(executor) {
+  // offload: a thread pool for work on large frames, off the event loop (none: everything on the loop).
+  GatewayContext(asio::any_io_executor executor, const config::Config& config, std::string version,
+                 std::optional<asio::any_io_executor> offload = std::nullopt)
+      : executor(executor), config(config), offload(offload), router(config), reaper(executor),
+        version(std::move(version)), worker_options(make_worker_options(config, this->version, offload)),
+        pools(executor, config, reaper, worker_options), idle(executor) {
     idle.set();
   }
 
-  static workers::WorkerOptions make_worker_options(const config::Config& config, const std::string& version) {
+  static workers::WorkerOptions make_worker_options(const config::Config& config, const std::string& version,
+                                                    std::optional<asio::any_io_executor> offload) {
     workers::WorkerOptions options;
+    options.offload = offload;
     options.framing.max_message_bytes = config.gateway.max_message_bytes;
     options.framing.max_header_bytes = config.gateway.max_header_bytes;
     options.gateway_version = version;
@@ -32,6 +36,7 @@ struct GatewayContext {
 
   asio::any_io_executor executor;
   const config::Config& config;
+  std::optional<asio::any_io_executor> offload;
   Router router;
   workers::ChildReaper reaper;
   std::string version;

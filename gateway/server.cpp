@@ -20,7 +20,7 @@ namespace rjg::gateway {
 using namespace std::chrono_literals;
 
 Server::Server(asio::io_context& io, const config::Config& config, std::string version)
-    : io_(io), context_(io.get_executor(), config, std::move(version)) {}
+    : io_(io), context_(io.get_executor(), config, std::move(version), offload_.get_executor()) {}
 
 void Server::listen() {
   tcp::resolver resolver(io_);

@@ -56,7 +56,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
         last_activity_(connected_at_),
         watchdog_wake_(stream_.get_executor()),
         offload_(std::move(offload)) {
-    if (offload_) stream_.classify_large_frames_on(*offload_, kOffloadBytes);
+    if (offload_) stream_.classify_large_frames_on(*offload_, kOffloadFrameBytes);
   }
 
   ~StreamConnection() override { log::debug("{}: connection released", name_); }
@@ -98,9 +98,6 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   // The client's write queue may hold this much before the gateway stops reading from the client, and
   // answers and relayed logs wait for room (so a client that does not read stops its own worker).
   static constexpr std::size_t kClientHighWater = 4u << 20;
-  // Frames with a body at least this large are classified and pickle-checked on the offload pool:
-  // below it, the work (about a millisecond per MiB of scanning) is cheaper than the two thread hops.
-  static constexpr std::size_t kOffloadBytes = 1u << 20;
   // How long closing a connection waits for its queued answers to be written.
   static constexpr auto kFlushTimeout = std::chrono::seconds(5);
 
@@ -122,7 +119,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
       co_await wait_until_writable();
       if (closing_) break;
       Incoming in = co_await stream_.read();
-      if (in.kind == Incoming::Kind::message && offload_ && in.message->text().size() >= kOffloadBytes)
+      if (in.kind == Incoming::Kind::message && offload_ && in.message->text().size() >= kOffloadFrameBytes)
         co_await session_->precheck(*in.message, *offload_);
       // Whatever handling this message sends (one answer at most, at once) finds room.
       if (in.kind == Incoming::Kind::message || in.kind == Incoming::Kind::invalid) {

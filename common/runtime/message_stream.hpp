@@ -23,6 +23,11 @@
 
 namespace rjg {
 
+// Frames with a body at least this large are classified (and, on a client connection, bound and
+// pickle-checked) on an offload pool rather than the event loop: below it the work (about a millisecond
+// per MiB of scanning) is cheaper than the two thread hops.
+inline constexpr std::size_t kOffloadFrameBytes = 1u << 20;
+
 struct StreamOptions {
   FramingLimits framing{};
   FrameReader::Mode mode = FrameReader::Mode::strict;

@@ -310,6 +310,51 @@ TEST(WriteTimeoutTest, NonReadingClientReleasesASharedWorker) {
   EXPECT_TRUE(flooded.wait_closed(kBound)) << "the non-reading client was not disconnected";
 }
 
+// A large request checked off the loop and then refused (max_pending_bytes) leaves nothing behind that
+// a later request could be judged by: the next request of the same shape is checked for itself. (Under
+// AddressSanitizer a stale verdict read the refused request's freed text.)
+TEST(OffloadTest, ARefusedLargeRequestLeavesNoVerdictBehind) {
+  auto library = test_library("TestLibrary");
+  GatewayOptions o;
+  o.extra_gateway_toml = "max_pending_bytes = \"64KiB\"\n";
+  GatewayProcess gateway({library}, o);
+  gateway.start();
+  RpcClient c = gateway.connect();
+  c.set_timeout(kBound);
+  const std::string token = open_library(c, "TestLibrary");
+  const fs::path gate = gateway.dir() / "go";
+  c.send_raw(request_frame(R"("wait")", protocol::kRunKeyword,
+                           fmt::format(R"({{"library_token":"{}","name":"Wait For File","args":[{}]}})", token,
+                                       json::serialize(json::value(gate.string())))));
+  // 1 MiB, so it is bound and checked on the offload pool, then refused: 64 KiB of requests may wait.
+  c.send_raw(request_frame("1", protocol::kRunKeyword,
+                           fmt::format(R"({{"library_token":"{}","name":"Echo","args":["a"],"kwargs":{{}},"pad":"{}"}})",
+                                       token, std::string(kMiB, 'p'))));
+  c.send_raw(request_frame("2", protocol::kRunKeyword,
+                           fmt::format(R"({{"library_token":"{}","name":"Echo","args":["b"],"kwargs":{{}}}})", token)));
+  auto refused = c.read_message(kBound);
+  while (refused && refused->kind == Message::Kind::notification) refused = c.read_message(kBound);  // its log
+  ASSERT_TRUE(refused);
+  ASSERT_EQ(refused->kind, Message::Kind::error_response) << refused->text().substr(0, 300);
+  EXPECT_EQ(refused->id_text(), "1");
+  EXPECT_EQ(refused->error_code(), protocol::kAtCapacity);
+  write_file(gate, "");
+  bool echoed = false, waited = false;
+  while (!echoed || !waited) {
+    auto m = c.read_message(kBound);
+    ASSERT_TRUE(m) << gateway.log_tail();
+    if (m->kind == Message::Kind::notification) continue;
+    ASSERT_EQ(m->kind, Message::Kind::response) << m->text().substr(0, 300);
+    if (m->id_text() == "2") {
+      EXPECT_EQ(m->result().at("result"), json::value("b"));
+      echoed = true;
+    } else {
+      waited = true;
+    }
+  }
+  EXPECT_TRUE(gateway.running());
+}
+
 INSTANTIATE_TEST_SUITE_P(Settings, MemoryTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Defaults" : "Tight"; });
 

@@ -476,6 +476,12 @@ TEST_F(SessionTest, BigValuesComeThroughIntact) {
 
   auto small = c.run_keyword(token, "Echo", json::array{"small"});
   RJG_ASSERT_KEYWORD_OK(small);
+
+  // Values this large are scanned and pickle-checked off the event loop, both ways.
+  const auto log = gateway().log();
+  EXPECT_TRUE(contains(log, "robot/run_keyword of ") && contains(log, "params bound and pickles checked off the event loop"))
+      << log;
+  EXPECT_TRUE(contains(log, "bytes of values: pickles checked off the event loop")) << log;
 }
 
 TEST_F(SessionTest, TokensAreValidOnlyOnTheirConnectionAndUntilFinalized) {

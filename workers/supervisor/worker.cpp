@@ -54,7 +54,9 @@ Worker::Worker(asio::any_io_executor executor, const config::Library& library, S
       stderr_(std::move(process.stderr_pipe)),
       exited_(executor),
       stdout_done_(executor),
-      stderr_done_(executor) {}
+      stderr_done_(executor) {
+  if (options.offload) channel_.classify_large_frames_on(*options.offload, kOffloadFrameBytes);
+}
 
 Worker::~Worker() {
   // No orphans: a worker object never outlives its process silently.

@@ -44,6 +44,8 @@ class WorkerError : public std::runtime_error {
 struct WorkerOptions {
   FramingLimits framing;
   std::string gateway_version;
+  // Where a worker's large answers (kOffloadFrameBytes and more) are classified, off the event loop.
+  std::optional<asio::any_io_executor> offload;
 };
 
 class Worker : public std::enable_shared_from_this<Worker> {
