@@ -1036,6 +1036,7 @@ std::optional<std::string> visit_pickle_strings(std::string_view in, PickleTextV
   while (pos < in.size()) {
     const std::size_t at = pos;
     const auto op = static_cast<unsigned char>(in[pos++]);
+    visitor.opcode(op);
     const auto truncated = [&] { return fmt::format("truncated pickle: opcode {} at byte {}", op_name(op), at); };
     std::string_view text;
     bool is_text = false, is_bytes = false;

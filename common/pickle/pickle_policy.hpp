@@ -72,6 +72,8 @@ class PickleTextVisitor {
  public:
   virtual ~PickleTextVisitor() = default;
   virtual bool text(std::string_view value, bool is_bytes) = 0;
+  // Every opcode, before its argument is read (text() follows for the text ones).
+  virtual void opcode(unsigned char) {}
 };
 
 // Calls visitor.text() for the argument of every str, bytes and bytearray opcode of a raw pickle, in

@@ -179,3 +179,53 @@ TEST(ArgumentGuard, PickleStringsOfTheBenignCorpus) {
 }
 
 }  // namespace
+
+namespace {
+
+// The reference server makes each positional import argument text with str() before Robot evaluates
+// it: a list, object or pickle there cannot be escaped, so the strings in it are checked like kw_args.
+TEST(ArgumentGuard, ImportArgsMadeTextAreRefusedWhenAStringWouldBeEvaluated) {
+  auto p = import_library(R"({"name":"Lib","args":["plain", ["ok", "${SPACE}"]]})");
+  const std::string before = p.text;
+  auto refused = gw::escape_arguments(p, library());
+  ASSERT_TRUE(refused);
+  EXPECT_NE(refused->message.find("args[1]"), std::string::npos) << refused->message;
+  EXPECT_NE(refused->message.find("each positional import argument"), std::string::npos) << refused->message;
+  EXPECT_EQ(p.text, before);
+  // Lists of harmless strings pass, and the strings beside them are escaped.
+  p = import_library(R"({"name":"Lib","args":["a=b", ["ok", 1], {"k": "v"}]})");
+  std::size_t changed = 0;
+  EXPECT_FALSE(gw::escape_arguments(p, library(), &changed));
+  EXPECT_EQ(changed, 1u);
+  EXPECT_EQ(p.text, R"({"name":"Lib","args":["a\\=b", ["ok", 1], {"k": "v"}]})");
+}
+
+// A pickled str at the top level of args or kwargs reaches Robot's argument resolution as that string:
+// it is refused when Robot would change it. A pickled list holding such strings is not resolved.
+TEST(ArgumentGuard, PickledStringsWithSyntaxAreRefusedForEvaluatingWorkers) {
+  // Protocol 4 pickles: the str '${{1+1}}' (with FRAME and MEMOIZE, as CPython writes it), and
+  // ['plain', '${SPACE}'].
+  const std::string str_pickle =
+      hex(std::string("\x80\x04\x95\x0c\x00\x00\x00\x00\x00\x00\x00\x8c\x08${{1+1}}\x94.", 23));
+  const std::string list_pickle = hex(std::string("\x80\x04]\x28\x8c\x05plain\x8c\x08${SPACE}e.", 23));
+  for (const std::string& params_text :
+       {fmt::format(R"({{"library_token":"t","name":"K","args":[1, {{"__pickled__":"{}"}}]}})", str_pickle),
+        fmt::format(R"({{"library_token":"t","name":"K","kwargs":{{"x": {{"__pickled__":"{}"}}}}}})", str_pickle)}) {
+    SCOPED_TRACE(params_text);
+    auto refused = gw::refuse_evaluated_pickles(run_keyword(params_text), library(), "K");
+    ASSERT_TRUE(refused);
+    EXPECT_NE(refused->message.find("'${{1+1}}'"), std::string::npos) << refused->message;
+    EXPECT_NE(refused->message.find("keyword 'K'"), std::string::npos) << refused->message;
+    EXPECT_EQ(refused->log.find("${{"), std::string::npos) << refused->log;
+  }
+  EXPECT_FALSE(gw::refuse_evaluated_pickles(
+      run_keyword(fmt::format(R"({{"library_token":"t","name":"K","args":[{{"__pickled__":"{}"}}]}})", list_pickle)),
+      library(), "K"));
+  // A pickled plain string without syntax passes.
+  const std::string plain = hex(std::string("\x80\x04\x8c\x05plain\x94.", 10));
+  EXPECT_FALSE(gw::refuse_evaluated_pickles(
+      run_keyword(fmt::format(R"({{"library_token":"t","name":"K","args":[{{"__pickled__":"{}"}}]}})", plain)),
+      library(), "K"));
+}
+
+}  // namespace
