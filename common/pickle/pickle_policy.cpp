@@ -713,6 +713,30 @@ int hex_digit(char c) {
   return -1;
 }
 
+// The data-only check of one "__pickled__" value's hex text, once its object has the exact form: why it
+// is refused, or nullopt. Decodes into `bytes` (reused across values); sets `offset` to the byte of
+// the pickle a refusal is about, when it is about one.
+std::optional<std::string> check_pickled_hex(std::string_view hex, const PickleLimits& limits, std::string& bytes,
+                                             std::optional<std::size_t>& offset) {
+  if (hex.size() % 2 != 0) return "malformed pickled value: odd number of hex digits";
+  if (hex.size() / 2 > limits.max_bytes)
+    return fmt::format("pickle of {} bytes is larger than the limit of {}", hex.size() / 2, limits.max_bytes);
+  bytes.resize(hex.size() / 2);
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0)
+      return fmt::format("malformed pickled value: '{}' at hex digit {} is not lowercase hex",
+                         log::printable(hex.substr(hi < 0 ? 2 * i : 2 * i + 1, 1), 4), hi < 0 ? 2 * i : 2 * i + 1);
+    bytes[i] = static_cast<char>(hi << 4 | lo);
+  }
+  std::size_t at = 0;
+  if (auto why = check_pickle_data_only(bytes, &at, limits)) {
+    offset = at;
+    return why;
+  }
+  return std::nullopt;
+}
+
 class PickleWalker {
  public:
   PickleWalker(PickleMode mode, std::string_view base, const PickleLimits& limits)
@@ -766,23 +790,7 @@ class PickleWalker {
     }
     const auto* hex = pickled.if_string();
     if (!hex) return refuse("malformed pickled value: \"__pickled__\" is not a string");
-    if (hex->size() % 2 != 0) return refuse("malformed pickled value: odd number of hex digits");
-    if (hex->size() / 2 > limits_.max_bytes)
-      return refuse(fmt::format("pickle of {} bytes is larger than the limit of {}", hex->size() / 2, limits_.max_bytes));
-    bytes_.resize(hex->size() / 2);
-    for (std::size_t i = 0; i < bytes_.size(); ++i) {
-      int hi = hex_digit((*hex)[2 * i]), lo = hex_digit((*hex)[2 * i + 1]);
-      if (hi < 0 || lo < 0)
-        return refuse(fmt::format("malformed pickled value: '{}' at hex digit {} is not lowercase hex",
-                                  log::printable(std::string_view(*hex).substr(hi < 0 ? 2 * i : 2 * i + 1, 1), 4),
-                                  hi < 0 ? 2 * i : 2 * i + 1));
-      bytes_[i] = static_cast<char>(hi << 4 | lo);
-    }
-    std::size_t offset = 0;
-    if (auto why = check_pickle_data_only(bytes_, &offset, limits_)) {
-      offset_ = offset;
-      return refuse(std::move(*why));
-    }
+    if (auto why = check_pickled_hex(*hex, limits_, bytes_, offset_)) return refuse(std::move(*why));
     return true;
   }
 
@@ -928,23 +936,8 @@ class TextPickleWalker final : public jsontext::Visitor {
     if (f.pickled_kind != jsontext::Kind::string)
       return refuse("malformed pickled value: \"__pickled__\" is not a string");
     const std::string hex = jsontext::decode_string(f.pickled_value.of(text_));
-    if (hex.size() % 2 != 0) return refuse("malformed pickled value: odd number of hex digits");
-    if (hex.size() / 2 > limits_.max_bytes)
-      return refuse(fmt::format("pickle of {} bytes is larger than the limit of {}", hex.size() / 2, limits_.max_bytes));
-    std::string bytes(hex.size() / 2, '\0');
-    for (std::size_t i = 0; i < bytes.size(); ++i) {
-      int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
-      if (hi < 0 || lo < 0)
-        return refuse(fmt::format("malformed pickled value: '{}' at hex digit {} is not lowercase hex",
-                                  log::printable(std::string_view(hex).substr(hi < 0 ? 2 * i : 2 * i + 1, 1), 4),
-                                  hi < 0 ? 2 * i : 2 * i + 1));
-      bytes[i] = static_cast<char>(hi << 4 | lo);
-    }
-    std::size_t offset = 0;
-    if (auto why = check_pickle_data_only(bytes, &offset, limits_)) {
-      offset_ = offset;
-      return refuse(std::move(*why));
-    }
+    std::string bytes;
+    if (auto why = check_pickled_hex(hex, limits_, bytes, offset_)) return refuse(std::move(*why));
     return true;
   }
 
