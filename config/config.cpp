@@ -51,6 +51,7 @@ class Loader {
         detail::load_table(reader_, *table, "[defaults]", "defaults", detail::library_keys(), defaults,
                            /*defaults_only=*/true);
         check_prewarm_cap(*table, "defaults", defaults);
+        check_prewarm_import(*table, "defaults", defaults);
       }
     }
 
@@ -99,6 +100,7 @@ class Loader {
                                     library.name, it->second));
     }
     check_prewarm_cap(table, prefix, library);
+    check_prewarm_import(table, prefix, library);
     return reader_.problem_count() == before;
   }
 
@@ -118,6 +120,33 @@ class Loader {
                                                "max_workers (or max_workers = 0: no cap of the library's own)",
                                                setting_key(table, prefix, "prewarm"), library.prewarm,
                                                setting_key(table, prefix, "max_workers"), library.max_workers));
+  }
+
+  // prewarm_import imports ahead of time in prewarmed session workers only: without prewarm there is no
+  // worker to import in, and a shared worker keeps the library loaded across imports already. Checked like
+  // check_prewarm_cap: where one of the keys involved is set (a conflict inside [defaults] once, there).
+  void check_prewarm_import(const toml::table& table, std::string_view prefix, const Library& library) {
+    if (!library.prewarm_import) return;
+    auto at = [&](std::string_view other) -> const toml::node* {
+      return table.get("prewarm_import") ? table.get("prewarm_import") : table.get(other);
+    };
+    const auto key = setting_key(table, prefix, "prewarm_import");
+    if (library.isolation == Isolation::shared) {
+      if (const auto* node = at("isolation"))
+        reader_.problem(node->source(),
+                        fmt::format("'{}' = true does not apply to '{}' = \"shared\": a shared worker keeps the library "
+                                    "loaded across imports already, and gives each import an instance of its own; "
+                                    "expected isolation = \"session\", or prewarm_import = false",
+                                    key, setting_key(table, prefix, "isolation")));
+    }
+    if (library.prewarm == 0) {
+      if (const auto* node = at("prewarm"))
+        reader_.problem(node->source(),
+                        fmt::format("'{}' = true needs '{}' of at least 1 (it is 0): the library is imported ahead of "
+                                    "time in prewarmed workers only; expected prewarm = 1 or more, or prewarm_import "
+                                    "= false",
+                                    key, setting_key(table, prefix, "prewarm")));
+    }
   }
 
   // All prewarmed workers run at once, so together they must fit under [gateway] max_workers. Reported once,

@@ -65,6 +65,9 @@ struct Library {
   // Pools and lifecycle. Every key below may also be set in [defaults].
   Isolation isolation = Isolation::session;
   std::size_t prewarm = 0;       // started and initialized idle workers kept ready
+  // Session isolation: each prewarmed worker also imports the library without arguments ahead of time;
+  // an import without arguments then takes that instance (needs prewarm >= 1).
+  bool prewarm_import = false;
   std::size_t max_workers = 0;   // cap on this library's workers; 0: only [gateway] max_workers applies
   Duration queue_timeout{std::chrono::seconds(30)};  // how long an import may wait for capacity
   Duration keyword_timeout{0};                        // 0: none

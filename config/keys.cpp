@@ -322,6 +322,10 @@ void load_end_orphans(Reader& reader, const toml::node& node, const std::string&
   if (auto b = reader.get_bool(node, key)) gateway.end_orphans = *b;
 }
 
+void load_prewarm_import(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
+  if (auto b = reader.get_bool(node, key)) library.prewarm_import = *b;
+}
+
 }  // namespace
 
 // ---- The tables ----
@@ -438,6 +442,17 @@ const std::vector<Key<Library>>& library_keys() {
         integer("prewarm", &Library::prewarm, {.max = 64},
                 "Workers started and initialized ahead of time and kept idle, so that imports need not wait for "
                 "a start."),
+        // Off by default: the import runs the library's constructor with no session to see it (hardware,
+        // sessions, licences); the config loader checks that prewarm and isolation allow it.
+        {.name = "prewarm_import",
+         .type = "boolean",
+         .default_text = code("false"),
+         .range = "`true` or `false`",
+         .doc = "Each prewarmed worker also imports the library without arguments ahead of time; an import without "
+                "arguments then gets that instance, answered at once (an import with arguments gets the warm "
+                "worker and a fresh instance). Needs `prewarm` of at least 1 and `isolation = \"session\"`; only "
+                "for libraries whose constructor has no side effects.",
+         .load = load_prewarm_import},
         integer("max_workers", &Library::max_workers, {.zero = "no cap of its own"},
                 "Most workers of this library at once (prewarmed ones included); `[gateway]` `max_workers` still "
                 "applies."),

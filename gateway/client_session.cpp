@@ -24,6 +24,20 @@ Failure from(const workers::WorkerError& e) {
   return {e.code, e.what(), e.data.empty() ? std::string() : json::serialize(e.data)};
 }
 
+// An import without arguments: args absent, null or an empty list, and kw_args absent, null or an empty
+// object (white space inside the brackets allowed). Such an import may be answered by an instance the
+// worker imported with no arguments ahead of time (prewarm_import): the two are the same import. Other
+// members of the params do not make it one with arguments (a choice): the protocol defines no other
+// member that shapes the instance, and the SDK ignores them; such members then never reach the worker.
+bool without_arguments(const params::ImportLibrary& p) {
+  auto empty = [&](const std::optional<Slice>& value) {
+    if (!value) return true;
+    const std::string_view text = value->of(p.text);  // "[...]" or "{...}", valid JSON
+    return text.size() >= 2 && text.find_first_not_of(" \t\r\n", 1) == text.size() - 1;
+  };
+  return empty(p.args) && empty(p.kw_args);
+}
+
 // The observer of one import or keyword call: what the worker sends meanwhile (robot/log,
 // robot/trace) passes the library's pickle policy on its way to the client, like every other value.
 // A refused notification is dropped, logged, and replaced by a WARN log naming what was refused, so
@@ -297,7 +311,10 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
   std::shared_ptr<workers::Lease> lease;
   std::optional<Failure> acquire_failure;
   try {
-    lease = co_await leases_.acquire(library);
+    // Only an import without arguments may get an instance imported ahead of time (prewarm_import).
+    auto acquiring =
+        without_arguments(params) ? leases_.acquire_without_arguments(library) : leases_.acquire(library);
+    lease = co_await std::move(acquiring);
   } catch (const workers::WorkerError& e) {
     log::warn("{}: import of {} failed: {}", name_, library.name, e.what());
     acquire_failure = from(e);
@@ -308,8 +325,15 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
     co_return;
   }
 
+  // A worker that imported the library ahead of time (prewarm_import) answers an import without
+  // arguments with that import: the same checks apply to its answer below, and nothing is sent to the
+  // worker again. (An import with arguments imports afresh: its lease finalizes that instance first.)
+  const bool no_arguments = without_arguments(params);
+  std::optional<Message> answer = no_arguments ? lease->take_preimported() : std::nullopt;
+  const bool imported_ahead = answer.has_value();
+
   // A worker that evaluates argument strings gets them escaped; "auto" asks the worker just leased.
-  if (escapes_arguments(library.arguments, lease->server_name())) {
+  if (!answer && escapes_arguments(library.arguments, lease->server_name())) {
     std::size_t escaped = 0;
     if (auto refused = escape_arguments(params, library, &escaped)) {
       log::warn("{}: import of {} refused: {}", name_, library.name, refused->log);
@@ -323,16 +347,17 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
                  lease->pid());
   }
 
-  // The worker's own command line names its library, so it is asked for its default one: the
-  // configured name is the gateway's alias and need not match the worker's.
-  std::string worker_params = params.with({{params.name_value, "\"\""}});
-  std::optional<Message> answer;
   std::optional<Failure> failure;
-  try {
-    auto relay = std::make_shared<CallRelay>(weak_from_this(), library, name_);
-    answer.emplace(co_await lease->import_library(std::move(worker_params), relay));
-  } catch (const workers::WorkerError& e) {
-    failure = from(e);
+  if (!answer) {
+    // The worker's own command line names its library, so it is asked for its default one: the
+    // configured name is the gateway's alias and need not match the worker's.
+    std::string worker_params = params.with({{params.name_value, "\"\""}});
+    try {
+      auto relay = std::make_shared<CallRelay>(weak_from_this(), library, name_);
+      answer.emplace(co_await lease->import_library(std::move(worker_params), relay));
+    } catch (const workers::WorkerError& e) {
+      failure = from(e);
+    }
   }
   if (!failure && answer->kind == Message::Kind::error_response) {
     log::warn("{}: library {} failed to import in worker pid {}: {}", name_, library.name, lease->pid(),
@@ -375,7 +400,7 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
     co_return;
   }
   log::info("{}: imported library {} in worker pid {}{}", name_, library.name, lease->pid(),
-            lease->prewarmed() ? " (warm)" : "");
+            imported_ahead ? " (warm, imported ahead of time)" : lease->prewarmed() ? " (warm)" : "");
   auto answer_text = to_client(*answer, *worker_token, reply.id_text(), import.token);
   tokens_.add(std::move(import));
   reply.send(std::move(answer_text));

@@ -420,4 +420,166 @@ command = ["/bin/true"]
   EXPECT_EQ(context.requests_in_flight, 0u);
 }
 
+// --- prewarm_import: an import without arguments answered by an instance imported ahead of time
+
+// A lease source that records which acquire an import used. A lease acquired for an import without
+// arguments holds a worker that imported ahead of time (its stored answer, once); the other kind is an
+// ordinary FakeLease-like worker that is asked to import.
+class AheadLease final : public workers::Lease {
+ public:
+  AheadLease(Journal& journal, std::optional<Message> preimported)
+      : journal_(journal), preimported_(std::move(preimported)) {}
+  pid_t pid() const override { return 4400; }
+  bool prewarmed() const override { return true; }
+  std::optional<Message> take_preimported() override { return std::exchange(preimported_, std::nullopt); }
+  asio::awaitable<Message> import_library(std::string params, std::weak_ptr<workers::CallObserver>) override {
+    journal_.calls.push_back("import " + params);
+    co_return parse(R"({"jsonrpc":"2.0","id":3,"result":{"token":"w-fresh","definition":{}}})");
+  }
+  asio::awaitable<Message> run_keyword(std::string params, std::string, std::weak_ptr<workers::CallObserver>) override {
+    journal_.calls.push_back("run " + params);
+    co_return parse(R"({"jsonrpc":"2.0","id":4,"result":{"result":"ran"}})");
+  }
+  asio::awaitable<std::optional<Message>> finalize_library(std::string params,
+                                                           std::weak_ptr<workers::CallObserver>) override {
+    journal_.calls.push_back("finalize " + params);
+    ++journal_.released;
+    co_return parse(R"({"jsonrpc":"2.0","id":5,"result":{}})");
+  }
+  asio::awaitable<void> end(std::string, std::string) override {
+    ++journal_.released;
+    co_return;
+  }
+  asio::awaitable<void> release(std::string reason) override {
+    journal_.calls.push_back("release (" + reason + ")");
+    ++journal_.released;
+    co_return;
+  }
+
+ private:
+  Journal& journal_;
+  std::optional<Message> preimported_;
+};
+
+class AheadLeases final : public workers::LeaseSource {
+ public:
+  explicit AheadLeases(Journal& journal) : journal_(journal) {}
+  asio::awaitable<std::shared_ptr<workers::Lease>> acquire(const config::Library&) override {
+    journal_.calls.push_back("acquire");
+    ++journal_.leases;
+    co_return std::make_shared<AheadLease>(journal_, std::nullopt);
+  }
+  asio::awaitable<std::shared_ptr<workers::Lease>> acquire_without_arguments(const config::Library&) override {
+    journal_.calls.push_back("acquire without arguments");
+    ++journal_.leases;
+    co_return std::make_shared<AheadLease>(journal_, parse(stored_answer));
+  }
+  // The worker's answer to its import ahead of time (its id is the worker-side one).
+  std::string stored_answer =
+      R"({"jsonrpc":"2.0","id":1,"result":{"token":"w-ahead","definition":{"keywords":[{"name":"K","args":[1E+2]}]}}})";
+
+ private:
+  Journal& journal_;
+};
+
+// Args and kw_args absent, null or empty (white space inside allowed) make an import without
+// arguments, which takes the stored answer: the client gets it with its own id and a gateway token, the
+// worker is not asked to import again, and keywords reach the instance imported ahead. Any argument
+// makes an ordinary import. The stored answer passes the pickle policy like any import answer.
+TEST(ClientSession, ImportWithoutArgumentsIsAnsweredByTheImportMadeAheadOfTime) {
+  asio::io_context io;
+  auto config = config::load_string(R"(
+[gateway]
+listen = ["tcp://127.0.0.1:0"]
+[[library]]
+name = "Fake"
+command = ["/bin/true"]
+)",
+                                    "test.toml");
+  gateway::GatewayContext context(io.get_executor(), config, "test");
+  Journal journal;
+  AheadLeases leases(journal);
+
+  TestStream server_end(io), client_end(io);
+  server_end.connect(client_end);
+  auto connection = std::make_shared<StreamConnection<TestStream>>(std::move(server_end), context, leases,
+                                                                  "session 3 (in-memory)");
+  connection->start();
+  Client client(std::move(client_end));
+  client.start();
+
+  bool finished = false;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        client.send(R"({"jsonrpc":"2.0","id":0,"method":"robot/initialize","params":{}})");
+        co_await client.answer();
+        client.send(R"({"jsonrpc":"2.0","method":"robot/initialized","params":{}})");
+
+        int id = 10;
+        for (const char* params : {R"({"name":"Fake"})", R"({"name":"Fake","args":null,"kw_args":null})",
+                                   R"({"name":"Fake","args":[ ],"kw_args":{ }})", R"({"name":"","args":[]})",
+                                   R"({"name":"Fake","kw_args":{},"x-unknown":[1]})"}) {
+          journal.calls.clear();
+          client.send(fmt::format(R"({{"jsonrpc":"2.0","id":{},"method":"robot/import_library","params":{}}})", ++id,
+                                  params));
+          auto answer = co_await client.answer();
+          EXPECT_EQ(answer.id_text(), std::to_string(id)) << params;
+          EXPECT_EQ(answer.kind, Message::Kind::response) << params << ": " << answer.text();
+          if (answer.kind != Message::Kind::response) continue;
+          const std::string token = token_of(answer);
+          EXPECT_TRUE(token.starts_with("Fake-")) << token;
+          EXPECT_NE(answer.text().find(R"("definition":{"keywords":[{"name":"K","args":[1E+2]}]})"), std::string::npos)
+              << answer.text();
+          EXPECT_EQ(journal.calls, std::vector<std::string>{"acquire without arguments"})
+              << params << ": the worker was asked to import again, or the wrong acquire was used";
+
+          client.send(fmt::format(R"({{"jsonrpc":"2.0","id":"k","method":"robot/run_keyword","params":{{"library_token":"{}","name":"K"}}}})",
+                                  token));
+          auto ran = co_await client.answer();
+          EXPECT_EQ(ran.result().at("result"), json::value("ran")) << ran.text();
+          EXPECT_EQ(journal.calls.back(), R"(run {"library_token":"w-ahead","name":"K"})");
+        }
+
+        // With any argument: an ordinary import, sent to the worker.
+        for (const char* params : {R"({"name":"Fake","args":[1]})", R"({"name":"Fake","args":[""]})",
+                                   R"({"name":"Fake","args":[],"kw_args":{"a":null}})"}) {
+          journal.calls.clear();
+          client.send(fmt::format(R"({{"jsonrpc":"2.0","id":{},"method":"robot/import_library","params":{}}})", ++id,
+                                  params));
+          auto answer = co_await client.answer();
+          EXPECT_EQ(answer.kind, Message::Kind::response) << params << ": " << answer.text();
+          EXPECT_EQ(journal.calls.size(), 2u) << ::testing::PrintToString(journal.calls);
+          if (journal.calls.size() != 2) continue;
+          EXPECT_EQ(journal.calls[0], "acquire") << params;
+          EXPECT_TRUE(journal.calls[1].starts_with("import {\"name\":\"\"")) << journal.calls[1];
+          EXPECT_NE(answer.text().find("\"definition\":{}"), std::string::npos) << answer.text();
+        }
+
+        // A stored answer that holds a pickle the policy refuses is refused as any import answer is,
+        // and the worker goes back (released).
+        leases.stored_answer =
+            R"({"jsonrpc":"2.0","id":1,"result":{"token":"w-ahead","definition":{"keywords":[{"name":"K","args":[{"__pickled__":"8004951d000000000000008c05706f736978948c0673797374656d9493948c02696494859452942e"}]}]}}})";
+        journal.calls.clear();
+        client.send(R"({"jsonrpc":"2.0","id":"p","method":"robot/import_library","params":{"name":"Fake"}})");
+        auto refused = co_await client.answer();
+        EXPECT_EQ(refused.error_code(), protocol::kPickleRefused) << refused.text();
+        EXPECT_NE(refused.error_message().find("posix.system"), std::string::npos) << refused.text();
+        EXPECT_EQ(journal.calls,
+                  (std::vector<std::string>{"acquire without arguments", "release (its import failed)"}));
+
+        client.send(R"({"jsonrpc":"2.0","method":"robot/exit","params":{}})");
+        EXPECT_TRUE(co_await client.closed_by_peer());
+        co_await connection->wait_closed();
+        finished = true;
+        io.stop();
+      },
+      [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
+  io.run_for(std::chrono::seconds(30));
+  EXPECT_TRUE(finished);
+  EXPECT_EQ(journal.released, journal.leases) << "every lease ends exactly once";
+}
+
 }  // namespace

@@ -1026,6 +1026,80 @@ command = ["e"]
   EXPECT_EQ(load("[gateway]\nmax_workers = 0\n" + std::string(kMinimal) + "prewarm = 64\n").libraries[0].prewarm, 64u);
 }
 
+// prewarm_import: off unless set; a library's own value wins over [defaults].
+TEST_F(ConfigTest, PrewarmImportIsOffByDefaultAndInherits) {
+  EXPECT_FALSE(load(kMinimal).libraries[0].prewarm_import);
+  EXPECT_TRUE(load(std::string(kMinimal) + "prewarm = 1\nprewarm_import = true\n").libraries[0].prewarm_import);
+
+  auto config = load(R"([defaults]
+prewarm = 2
+prewarm_import = true
+[[library]]
+name = "Inherits"
+command = ["a"]
+[[library]]
+name = "Overrides"
+command = ["b"]
+prewarm_import = false
+[[library]]
+name = "NoPrewarm"
+command = ["c"]
+prewarm = 0
+prewarm_import = false
+)");
+  ASSERT_EQ(config.libraries.size(), 3u);
+  EXPECT_TRUE(config.libraries[0].prewarm_import);
+  EXPECT_FALSE(config.libraries[1].prewarm_import);
+  EXPECT_FALSE(config.libraries[2].prewarm_import);
+
+  expect_one_problem(std::string(kMinimal) + "prewarm = 1\nprewarm_import = \"yes\"\n", 6,
+                     {"'library[0].prewarm_import'", "is a string", "true or false"});
+}
+
+// prewarm_import needs prewarmed workers to import in, and session isolation (a shared worker keeps the
+// library loaded across imports already): every conflict is reported, naming both keys and what to do.
+TEST_F(ConfigTest, PrewarmImportNeedsPrewarmAndSessionIsolation) {
+  expect_one_problem(std::string(kMinimal) + "prewarm_import = true\n", 5,
+                     {"'library[0].prewarm_import' = true needs 'library[0].prewarm' of at least 1 (it is 0)",
+                      "expected prewarm = 1 or more, or prewarm_import = false"});
+  expect_one_problem(std::string(kMinimal) + "isolation = \"shared\"\nprewarm = 1\nprewarm_import = true\n", 7,
+                     {"'library[0].prewarm_import' = true does not apply to 'library[0].isolation' = \"shared\"",
+                      "expected isolation = \"session\", or prewarm_import = false"});
+
+  // Both at once: both reported, at the key that asks for it.
+  auto both = problems(std::string(kMinimal) + "isolation = \"shared\"\nprewarm_import = true\n");
+  ASSERT_EQ(both.size(), 2u) << ::testing::PrintToString(both);
+  expect_problem(both[0], 6, {"does not apply to 'library[0].isolation' = \"shared\""});
+  expect_problem(both[1], 6, {"needs 'library[0].prewarm' of at least 1"});
+
+  auto found = problems(R"([defaults]
+prewarm_import = true
+[[library]]
+name = "A"
+command = ["a"]
+[[library]]
+name = "B"
+command = ["b"]
+prewarm = 1
+[[library]]
+name = "C"
+command = ["c"]
+prewarm = 1
+isolation = "shared"
+[[library]]
+name = "D"
+command = ["d"]
+prewarm = 1
+prewarm_import = false
+isolation = "shared"
+)");
+  // [defaults] itself once (not again for A, which sets none of the keys); B sets prewarm and is fine; C
+  // conflicts through its own isolation; D turns prewarm_import off.
+  ASSERT_EQ(found.size(), 2u) << ::testing::PrintToString(found);
+  expect_problem(found[0], 2, {"'defaults.prewarm_import' = true needs 'defaults.prewarm' of at least 1"});
+  expect_problem(found[1], 14, {"'defaults.prewarm_import' = true does not apply to 'library[2].isolation' = \"shared\""});
+}
+
 TEST_F(ConfigTest, SharedOnlyKeysAreAllowedForSessionLibraries) {
   auto config = load(std::string(kMinimal) +
                      "isolation = \"session\"\nmax_keywords = 10\nmax_age = \"1h\"\nmax_rss = \"1GiB\"\n"

@@ -53,13 +53,23 @@ void Call::out_of_range(std::string_view name, std::string_view type) const {
                      "ValueError");
 }
 
-void Call::log(std::string_view message, std::string_view level, bool html, bool console) {
+namespace {
+void send_log(Output& out, std::string_view message, std::string_view level, bool html, bool console) {
   json::object params;
   params["message"] = message;
   params["level"] = level;
   params["html"] = html;
   params["console"] = console;
-  out_.send(make_notification(protocol::kLog, std::move(params)));
+  out.send(make_notification(protocol::kLog, std::move(params)));
+}
+}  // namespace
+
+void Call::log(std::string_view message, std::string_view level, bool html, bool console) {
+  send_log(out_, message, level, html, console);
+}
+
+void ImportContext::log(std::string_view message, std::string_view level, bool html, bool console) {
+  if (out) send_log(*out, message, level, html, console);
 }
 
 }  // namespace rjg::sdk

@@ -133,6 +133,12 @@ struct ImportContext {
   // Members added to the import result next to token and definition (the protocol lets a peer add
   // fields; the test worker uses it to send values the gateway must check).
   json::object extra_result{};
+  // Where log() sends to: the session's output (set by the session).
+  Output* out = nullptr;
+
+  // Sends a robot/log notification at once, before the import is answered (as a Python library's
+  // constructor may log while it is imported).
+  void log(std::string_view message, std::string_view level = "INFO", bool html = false, bool console = false);
 };
 
 // One keyword invocation: bound and converted arguments, and a way to talk to the client.

@@ -172,7 +172,7 @@ void Session::on_import_library(const Message& m, params::ImportLibrary p) {
   }
   json::object extra_result;
   if (const auto& hook = library_.import_hook()) {
-    ImportContext context{library_.name(), instance->import, instance->state};
+    ImportContext context{library_.name(), instance->import, instance->state, {}, &out_};
     try {
       hook(context);
       extra_result = std::move(context.extra_result);

@@ -1,6 +1,8 @@
 // The pool's lease: every lifecycle rule that follows from what a session does with its import.
 #include "workers/supervisor/lease.hpp"
 
+#include "common/protocol/json_text.hpp"
+
 #include "common/log.hpp"
 #include "common/protocol/protocol.hpp"
 #include "workers/supervisor/pool.hpp"
@@ -8,6 +10,8 @@
 #include <boost/asio/co_spawn.hpp>
 
 #include <fmt/format.h>
+
+#include <utility>
 
 namespace rjg::workers {
 namespace {
@@ -28,11 +32,31 @@ class PoolLease final : public Lease {
     }
   }
 
+  asio::awaitable<void> finalize_ahead(const Message& answer) {
+    const auto result = answer.result_text();
+    const auto members = jsontext::members(result);
+    const auto* token = jsontext::find(members, "token");
+    if (!token || token->kind != jsontext::Kind::string) co_return;
+    const std::string params = "{\"token\":" + std::string(token->value.of(result)) + "}";
+    const auto reply = co_await worker().call(
+        protocol::kFinalizeLibrary, params, {},
+        fmt::format("the finalize of the instance of library '{}' imported ahead of time", library().name),
+        library().startup_timeout);
+    if (reply.kind == Message::Kind::error_response)
+      log::warn("library {}: worker pid {} refused to finalize the instance it imported ahead of time ({}); the "
+                "import with arguments goes on",
+                library().name, pid_, reply.error_message());
+  }
+
   pid_t pid() const override { return pid_; }
   bool prewarmed() const override { return grant_.prewarmed; }
   std::string server_name() const override { return grant_.worker ? grant_.worker->server_name() : std::string(); }
+  std::optional<Message> take_preimported() override { return std::exchange(grant_.preimported, std::nullopt); }
 
   asio::awaitable<Message> import_library(std::string params, std::weak_ptr<CallObserver> observer) override {
+    // An import with arguments in a worker that imported the library ahead of time: that instance is
+    // finalized first, and this import is a fresh one in the same (warm) process.
+    if (auto ahead = take_preimported()) co_await finalize_ahead(*ahead);
     co_return co_await worker().call(protocol::kImportLibrary, std::move(params), std::move(observer),
                                      fmt::format("the import of library '{}'", library().name));
   }
@@ -126,7 +150,12 @@ class PoolLease final : public Lease {
 }  // namespace
 
 asio::awaitable<std::shared_ptr<Lease>> WorkerPools::acquire(const config::Library& library) {
-  auto grant = co_await pool(library).acquire();
+  auto grant = co_await pool(library).acquire(false);
+  co_return std::make_shared<PoolLease>(std::move(grant), executor_);
+}
+
+asio::awaitable<std::shared_ptr<Lease>> WorkerPools::acquire_without_arguments(const config::Library& library) {
+  auto grant = co_await pool(library).acquire(true);
   co_return std::make_shared<PoolLease>(std::move(grant), executor_);
 }
 

@@ -26,6 +26,9 @@ class Lease {
   // server_info.name from the worker's robot/initialize answer ("" when unknown): whether the worker
   // evaluates argument strings as Robot data follows from it (gateway/argument_guard.hpp).
   virtual std::string server_name() const { return {}; }
+  // prewarm_import: the worker's answer to the import without arguments it made ahead of time, given
+  // once. The session answers its import with it and sends no import of its own. Nothing otherwise.
+  virtual std::optional<Message> take_preimported() { return std::nullopt; }
 
   // robot/import_library with these params (a JSON text, passed on unchanged). Throws WorkerError.
   virtual asio::awaitable<Message> import_library(std::string params, std::weak_ptr<CallObserver> observer) = 0;
@@ -51,6 +54,11 @@ class LeaseSource {
   // A worker for a new import of `library`; waits for capacity up to queue_timeout. Throws
   // WorkerError (kAtCapacity, start failures, crash backoff, shutting down).
   virtual asio::awaitable<std::shared_ptr<Lease>> acquire(const config::Library& library) = 0;
+  // The same for an import whose params carry no arguments: its lease may hold a worker that imported the
+  // library without arguments ahead of time (Lease::take_preimported). acquire() never hands out one.
+  virtual asio::awaitable<std::shared_ptr<Lease>> acquire_without_arguments(const config::Library& library) {
+    return acquire(library);
+  }
 };
 
 }  // namespace rjg::workers

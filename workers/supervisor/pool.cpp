@@ -1,6 +1,7 @@
 #include "workers/supervisor/pool.hpp"
 
 #include "common/log.hpp"
+#include "common/protocol/json_text.hpp"
 #include "common/protocol/protocol.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -40,6 +41,40 @@ std::string duration_text(clock::duration d) {
   if (ms < 1000) return fmt::format("{}ms", ms);
   return fmt::format("{:.1f}s", static_cast<double>(ms) / 1000.0);
 }
+
+// prewarm_import: the worker is asked for its default library (name ""), as a session's import is, with
+// no arguments.
+constexpr std::string_view kImportWithoutArguments = R"({"name":"","args":[],"kw_args":{}})";
+
+// What a worker sends while it imports ahead of time belongs to no session: the gateway logs it itself.
+class AheadImportLog final : public CallObserver {
+ public:
+  AheadImportLog(std::string library, pid_t pid) : library_(std::move(library)), pid_(pid) {}
+
+  void relay_notification(std::string_view json_text) override {
+    std::string method = "a notification", level, message;
+    const auto members = jsontext::members(json_text);
+    if (const auto* m = jsontext::find(members, "method"); m && m->kind == jsontext::Kind::string)
+      method = jsontext::decode_string(m->value.of(json_text));
+    if (const auto* p = jsontext::find(members, "params"); p && p->kind == jsontext::Kind::object) {
+      const auto params = p->value.of(json_text);
+      const auto fields = jsontext::members(params);
+      if (const auto* l = jsontext::find(fields, "level"); l && l->kind == jsontext::Kind::string)
+        level = jsontext::decode_string(l->value.of(params));
+      if (const auto* t = jsontext::find(fields, "message"))
+        message = t->kind == jsontext::Kind::string ? jsontext::decode_string(t->value.of(params))
+                                                    : std::string(t->value.of(params));
+    }
+    log::info("worker {}[{}]: {} during the import ahead of any session (no client gets it): {}{}", library_, pid_,
+              method, level.empty() ? "" : level + ": ", log::printable(message, 4096));
+  }
+  // Nobody reads these: the worker need not wait.
+  asio::awaitable<void> wait_for_room() override { co_return; }
+
+ private:
+  std::string library_;
+  pid_t pid_;
+};
 }  // namespace
 
 // --- LibraryPool -----------------------------------------------------------------------------
@@ -83,7 +118,7 @@ std::shared_ptr<Worker> LibraryPool::pick_shared(bool idle_only) {
   return best;
 }
 
-asio::awaitable<Grant> LibraryPool::acquire() {
+asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments) {
   const auto deadline = clock::now() + library_.queue_timeout;
   const bool shared = library_.isolation == config::Isolation::shared;
   for (;;) {
@@ -95,15 +130,28 @@ asio::awaitable<Grant> LibraryPool::acquire() {
         co_return Grant{w, this, true};
       }
     } else {
-      while (!ready_.empty()) {
-        auto w = std::move(ready_.front());
-        ready_.pop_front();
-        prewarm_wake_.set();
-        if (w->alive() && w->state() == Worker::State::idle) {
-          ++slots_.at(w.get()).imports;
-          log::info("library {}: import served by prewarmed worker pid {}", library_.name, w->pid());
-          co_return Grant{w, this, true};
+      for (auto it = ready_.begin(); it != ready_.end();) {
+        auto w = *it;
+        if (!w->alive() || w->state() != Worker::State::idle) {
+          it = ready_.erase(it);
+          prewarm_wake_.set();
+          continue;
         }
+        auto& slot = slots_.at(w.get());
+        // A worker that imported ahead holds an instance made without arguments: an import without
+        // arguments is answered with it; an import with arguments never gets that instance (its lease
+        // finalizes it and imports afresh in the same warm process).
+        ready_.erase(it);
+        prewarm_wake_.set();
+        ++slot.imports;
+        Grant grant{w, this, true, std::move(slot.preimported)};
+        slot.preimported.reset();
+        log::info("library {}: import served by prewarmed worker pid {}{}", library_.name, w->pid(),
+                  !grant.preimported      ? ""
+                  : without_arguments ? " with the instance it imported ahead of time"
+                                      : " (its instance imported ahead of time is finalized: this import has "
+                                        "arguments)");
+        co_return grant;
       }
     }
     if (owner_.has_capacity(*this)) {
@@ -182,11 +230,14 @@ asio::awaitable<void> LibraryPool::watch(std::shared_ptr<Worker> worker) {
   co_await worker->wait_gone();
   auto slot = slots_.find(worker.get());
   auto uptime = slot != slots_.end() ? clock::now() - slot->second.born : clock::duration{};
+  const bool counted = slot != slots_.end() && slot->second.failure_counted;
   if (slot != slots_.end()) slots_.erase(slot);
   std::erase(workers_, worker);
   std::erase(ready_, worker);
   --owner_.live_;
-  if (worker->stopped_on_purpose()) {
+  if (counted) {
+    // Already counted as a failed start (its import ahead of time failed).
+  } else if (worker->stopped_on_purpose()) {
     failures_ = 0;
   } else if (!worker->died_busy()) {
     // Deaths while idle or starting are what crash loops are made of; a keyword that kills its own
@@ -208,7 +259,14 @@ asio::awaitable<void> LibraryPool::prewarm_loop() {
     if (have < library_.prewarm && owner_.has_capacity(*this) && !in_backoff()) {
       try {
         auto worker = co_await start_worker(true);
-        if (!shared && !stopping_) ready_.push_back(worker);
+        bool ready = !shared && !stopping_;
+        // A worker counts as started (it holds capacity) while it imports ahead, but is handed out only after.
+        if (ready && library_.prewarm_import) ready = co_await import_ahead(worker);
+        if (ready && !stopping_) {
+          ready_.push_back(worker);
+          // An import waiting for capacity may take it now (or, with arguments, make room by ending it).
+          owner_.capacity_changed();
+        }
       } catch (const WorkerError& e) {
         log::warn("library {}: prewarm start failed: {}", library_.name, e.what());
       }
@@ -217,6 +275,45 @@ asio::awaitable<void> LibraryPool::prewarm_loop() {
     prewarm_wake_.reset();
     co_await prewarm_wake_.wait_until(in_backoff() ? retry_at_ : clock::time_point::max());
   }
+}
+
+asio::awaitable<bool> LibraryPool::import_ahead(std::shared_ptr<Worker> worker) {
+  const pid_t pid = worker->pid();
+  auto logs = std::make_shared<AheadImportLog>(library_.name, pid);
+  std::optional<Message> answer;
+  std::string why;
+  bool timed_out = false;
+  try {
+    // Bounded like a start: a library whose import hangs must not hold a prewarmed worker for ever.
+    answer.emplace(co_await worker->call(protocol::kImportLibrary, std::string(kImportWithoutArguments), logs,
+                                         fmt::format("the import of library '{}' ahead of any session", library_.name),
+                                         library_.startup_timeout));
+  } catch (const WorkerError& e) {
+    why = e.what();
+    timed_out = e.code == protocol::kWorkerTimeout;
+    if (timed_out) why += " (startup_timeout, which bounds an import ahead of time too)";
+  }
+  if (stopping_) co_return false;
+  if (answer && answer->kind == Message::Kind::error_response)
+    why = fmt::format("it answered with error {}: {}", answer->error_code(), answer->error_message());
+  auto slot = slots_.find(worker.get());
+  if (why.empty()) {
+    // Gone meanwhile (its death is counted by watch()) or being stopped: nothing to hand out.
+    if (slot == slots_.end() || !worker->alive() || worker->state() != Worker::State::idle) co_return false;
+    slot->second.preimported = std::move(answer);
+    log::info("library {}: prewarmed worker pid {} imported the library ahead of any session; an import without "
+              "arguments gets this instance",
+              library_.name, pid);
+    co_return true;
+  }
+  log::warn("library {}: the import ahead of any session failed in prewarmed worker pid {}: {}; stopping the worker",
+            library_.name, pid, why);
+  if (slot != slots_.end()) slot->second.failure_counted = true;
+  record_failure(fmt::format("the import ahead of any session failed in worker pid {}: {}", pid, why));
+  // A worker still busy with the import cannot hear robot/shutdown: it is terminated instead.
+  asio::co_spawn(owner_.executor_, worker->stop("its import ahead of any session failed", !timed_out),
+                 log_exceptions("import ahead stop " + library_.name));
+  co_return false;
 }
 
 void LibraryPool::start_prewarm() {

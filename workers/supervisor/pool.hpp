@@ -13,6 +13,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct Grant {
   std::shared_ptr<Worker> worker;
   LibraryPool* pool = nullptr;
   bool prewarmed = false;  // served by a worker started before the import (a warm start)
+  // prewarm_import: the worker's answer to the import without arguments it made ahead of time, which
+  // answers this import (handed out only for an import without arguments).
+  std::optional<Message> preimported{};
 };
 
 class LibraryPool {
@@ -34,7 +38,10 @@ class LibraryPool {
 
   // A worker for a new import: a prewarmed one, a shared one with room, or a new one; waits up to
   // queue_timeout for capacity. Throws WorkerError (kAtCapacity, start failures, crash backoff).
-  asio::awaitable<Grant> acquire();
+  // without_arguments: the import has no arguments, so a prewarmed worker that imported the library
+  // ahead of time (prewarm_import) may serve it with that instance; any other import gets the warm
+  // worker without the instance (the grant's preimported answer says which instance to finalize).
+  asio::awaitable<Grant> acquire(bool without_arguments = false);
   // The import ended (finalized, failed, or its session went away). A dedicated worker is stopped;
   // a shared one stays for the next import unless it is draining.
   asio::awaitable<void> release(Grant& grant, std::string reason);
@@ -60,10 +67,18 @@ class LibraryPool {
     std::chrono::milliseconds max_age{0};
     std::uint64_t max_rss = 0;
     bool draining = false;
+    // prewarm_import: the answer to the import made ahead of time, until an import takes the worker.
+    std::optional<Message> preimported;
+    // Its failure was already counted for the crash backoff (a failed import ahead of time): its stop
+    // is not a clean end.
+    bool failure_counted = false;
   };
 
   asio::awaitable<std::shared_ptr<Worker>> start_worker(bool for_prewarm);
   asio::awaitable<void> prewarm_loop();
+  // prewarm_import: the prewarmed worker imports the library without arguments; false when that failed
+  // (the worker is then being stopped, and the failure counts for the crash backoff).
+  asio::awaitable<bool> import_ahead(std::shared_ptr<Worker> worker);
   asio::awaitable<void> watch(std::shared_ptr<Worker> worker);
   std::shared_ptr<Worker> pick_shared(bool idle_only);
   std::string backoff_message() const;
@@ -94,6 +109,8 @@ class WorkerPools : public LeaseSource {
   LibraryPool& pool(const config::Library& library);
   // LeaseSource: a lease on a worker of the library's pool.
   asio::awaitable<std::shared_ptr<Lease>> acquire(const config::Library& library) override;
+  // An import without arguments: it may get a worker that imported the library ahead (prewarm_import).
+  asio::awaitable<std::shared_ptr<Lease>> acquire_without_arguments(const config::Library& library) override;
   // Begins prewarming, spread out over time so a gateway start does not fork every worker at once.
   void start();
   // Stops every worker (politely) and waits until all are gone.

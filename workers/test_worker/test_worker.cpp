@@ -43,6 +43,8 @@ struct Faults {
   bool no_initialize = false;
   int stderr_lines = 0;
   bool fail_import = false;
+  int import_delay_ms = 0;     // --import-delay: each import takes this long (a library's own import time)
+  bool log_on_import = false;  // --log-on-import: each import sends a robot/log before its answer
   std::string initialize_wait_file;
   bool evaluate = false;  // --evaluate: pose as the reference server, which evaluates argument strings
 };
@@ -60,6 +62,8 @@ std::atomic<bool> g_linger{false};
 // Library instances (imports) alive in this process, and keyword calls counted by 'Count Call'.
 std::atomic<std::int64_t> g_live_instances{0};
 std::atomic<std::int64_t> g_calls_counted{0};
+// Imports this process has begun (its import hook ran), failed ones included ('Import Count').
+std::atomic<std::int64_t> g_imports_handled{0};
 
 struct InstanceTracker {
   InstanceTracker() { ++g_live_instances; }
@@ -99,6 +103,9 @@ constexpr const char* kUsage =
     "  --no-initialize            never answer robot/initialize\n"
     "  --stderr-lines N           print N numbered lines to stderr at start\n"
     "  --fail-import              answer robot/import_library with 'simulated import failure'\n"
+    "  --import-delay MS          each robot/import_library takes MS milliseconds longer (a slow library import)\n"
+    "  --log-on-import            each robot/import_library sends the robot/log 'import log: import N of pid P'\n"
+    "                             before its answer\n"
     "  --evaluate                 pose as the reference server (server_info name RobotJsonRpcRemoteServer) and\n"
     "                             resolve argument strings as its Robot Framework does (variables, inline\n"
     "                             Python: each open('PATH' creates PATH, %{ENV}, backslashes, name=value,\n"
@@ -507,6 +514,10 @@ void add_keywords(rjg::sdk::Library& lib) {
 
   lib.keyword("Live Instances", {}, "Returns how many library instances (imports not finalized) this process holds.",
               [](Call&) -> json::value { return g_live_instances.load(); });
+
+  lib.keyword("Import Count", {},
+              "Returns how many imports of the library this process has begun, failed ones included.",
+              [](Call&) -> json::value { return g_imports_handled.load(); });
 }
 
 // Takes the worker's own flags out of `args`, leaving the SDK's. Returns an error message or nothing.
@@ -539,6 +550,12 @@ std::optional<std::string> take_fault_flags(std::vector<std::string>& args, Faul
         faults.stderr_lines = std::stoi(*v);
       } else if (arg == "--fail-import") {
         faults.fail_import = true;
+      } else if (arg == "--import-delay") {
+        auto v = value();
+        if (!v) return "--import-delay needs milliseconds";
+        faults.import_delay_ms = std::stoi(*v);
+      } else if (arg == "--log-on-import") {
+        faults.log_on_import = true;
       } else if (arg == "--evaluate") {
         faults.evaluate = true;
       } else if (arg == "--initialize-wait-file") {
@@ -597,7 +614,14 @@ int main(int argc, char** argv) {
   });
   g_evaluate = faults.evaluate;
   if (faults.evaluate) library.server_name("RobotJsonRpcRemoteServer");
-  library.on_import([fail = faults.fail_import](rjg::sdk::ImportContext& context) {
+  library.on_import([fail = faults.fail_import, delay = faults.import_delay_ms,
+                     log = faults.log_on_import](rjg::sdk::ImportContext& context) {
+    const auto number = ++g_imports_handled;
+    if (delay > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+    if (log)
+      context.log(fmt::format("import log: import {} of pid {} (args {}, kw_args {})", number, ::getpid(),
+                              context.import.args_text.empty() ? "[]" : context.import.args_text,
+                              context.import.kw_args_text.empty() ? "{}" : context.import.kw_args_text));
     if (fail) throw std::runtime_error("simulated import failure");
     lossless_import_hook(context);
     if (g_evaluate) {
