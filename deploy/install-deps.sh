@@ -10,6 +10,7 @@ packages=(
   libtomlplusplus-dev                      # the configuration file
   libgtest-dev                             # unit and integration tests
   procps                                   # pgrep/ps for the quick start's checks
+  strace                                   # counting the relay's system calls (a test and the benchmark)
   clang libclang-rt-14-dev                 # fuzz targets (deploy/fuzz.sh): clang, libFuzzer and its ASan/UBSan runtimes
 )
 

@@ -96,10 +96,17 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor, std::string a
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
+    // The session reads and writes the descriptor itself (FdStream: no read known to find nothing).
+    auto executor = socket.get_executor();
+    const int fd = socket.release(ec);
+    if (ec) {
+      log::warn("listener {}: cannot take over the connection from {}: {}", address, client, ec.message());
+      continue;
+    }
     auto number = next_session_++;
     auto name = fmt::format("session {} ({}:{})", number, client, peer.port());
-    auto session = std::make_shared<StreamConnection<tcp::socket>>(std::move(socket), context_, context_.pools,
-                                                                   std::move(name), offload_.get_executor());
+    auto session = std::make_shared<StreamConnection<FdStream>>(FdStream(executor, fd), context_, context_.pools,
+                                                                std::move(name), offload_.get_executor());
     sessions_[number] = session;
     ++per_client_[client];
     session->start();

@@ -3,6 +3,6 @@
 namespace rjg::gateway {
 
 // Compiled once here rather than in every file that includes the header.
-template class StreamConnection<asio::ip::tcp::socket>;
+template class StreamConnection<FdStream>;
 
 }  // namespace rjg::gateway

@@ -5,6 +5,7 @@
 
 #include "common/log.hpp"
 #include "common/protocol/protocol.hpp"
+#include "common/runtime/fd_stream.hpp"
 #include "common/runtime/message_stream.hpp"
 #include "gateway/client_session.hpp"
 #include "gateway/connection.hpp"
@@ -246,6 +247,6 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   bool abandoned_ = false;       // the transport was closed with writes still queued
 };
 
-extern template class StreamConnection<asio::ip::tcp::socket>;
+extern template class StreamConnection<FdStream>;
 
 }  // namespace rjg::gateway

@@ -217,6 +217,11 @@ class DuplexStream {
   auto async_write_some(const Buffers& buffers, Token&& token) {
     return out_.async_write_some(buffers, std::forward<Token>(token));
   }
+  template <typename Buffers>
+    requires WritesNow<WriteStream>
+  std::size_t write_some_now(const Buffers& buffers, boost::system::error_code& ec) {
+    return out_.write_some_now(buffers, ec);
+  }
 
  private:
   ReadStream in_;

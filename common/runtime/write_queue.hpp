@@ -6,11 +6,18 @@
 //
 // The queue is full from the moment it rises above its high-water mark until it has drained to half
 // of it (so producers are not woken for every few bytes written); producers wait while it is full.
+//
+// Write-through: a frame pushed while nothing is queued or being written goes to the stream at once,
+// when the stream can write without waiting (write_some_now, see fd_stream.hpp). On the steady path
+// of a relay that is one write per message and no wakeup of the writer; only what does not fit now
+// is queued for the writer.
 #pragma once
 
 #include "common/runtime/async_event.hpp"
 
 #include <boost/asio/buffer.hpp>
+
+#include <concepts>
 
 #include <deque>
 #include <functional>
@@ -19,6 +26,12 @@
 #include <vector>
 
 namespace rjg {
+
+// A stream that can write what fits right now, without waiting (FdStream).
+template <typename Stream>
+concept WritesNow = requires(Stream& s, asio::const_buffer b, boost::system::error_code& ec) {
+  { s.write_some_now(b, ec) } -> std::convertible_to<std::size_t>;
+};
 
 template <typename Stream>
 class WriteQueue {
@@ -35,6 +48,21 @@ class WriteQueue {
   // Drops the frame when the stream has failed or was closed: nobody can read it any more.
   void push(std::string frame) {
     if (closing_ || failed_) return;
+    if constexpr (WritesNow<Stream>) {
+      if (!writing_ && frames_.empty() && !frame.empty()) {
+        boost::system::error_code ec;
+        const std::size_t n = stream_.write_some_now(asio::buffer(frame), ec);
+        if (ec && ec != asio::error::would_block) {
+          // The writer sees it and ends, as after a failed write of its own.
+          failed_ = true;
+          has_work_.set();
+          room_.set();
+          return;
+        }
+        if (n == frame.size()) return;
+        frame.erase(0, n);
+      }
+    }
     queued_bytes_ += frame.size();
     frames_.push_back(std::move(frame));
     has_work_.set();
@@ -84,6 +112,7 @@ class WriteQueue {
       }
       batch.clear();
       buffers.clear();
+      writing_ = true;
       std::size_t bytes = 0;
       while (!frames_.empty() && batch.size() < 64 && bytes < (1u << 20)) {
         bytes += frames_.front().size();
@@ -115,6 +144,7 @@ class WriteQueue {
         while (first < buffers.size() && buffers[first].size() == 0) ++first;
         progressed();
       }
+      writing_ = false;
       if (failed_) {
         frames_.clear();
         queued_bytes_ = 0;
@@ -144,6 +174,7 @@ class WriteQueue {
   std::optional<clock::time_point> full_since_;
   bool closing_ = false;
   bool failed_ = false;
+  bool writing_ = false;  // run() holds a batch: a push may not write past it
   AsyncEvent has_work_;
   AsyncEvent room_;
   AsyncEvent finished_;

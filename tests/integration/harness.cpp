@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -496,6 +497,67 @@ void DirectWorker::start(std::chrono::milliseconds timeout) {
     }
     std::this_thread::sleep_for(20ms);
   }
+}
+
+}  // namespace rjg::test
+
+namespace rjg::test {
+
+namespace {
+// Every thread of pid is traced (TracerPid set in its status).
+bool all_threads_traced(pid_t pid) {
+  std::error_code ec;
+  bool any = false;
+  for (const auto& task : fs::directory_iterator(fs::path("/proc") / std::to_string(pid) / "task", ec)) {
+    const std::string status = read_file(task.path() / "status");
+    const auto at = status.find("TracerPid:");
+    if (at == std::string::npos) return false;
+    if (std::strtol(status.c_str() + at + 10, nullptr, 10) == 0) return false;
+    any = true;
+  }
+  return any;
+}
+}  // namespace
+
+SyscallCounts count_syscalls(pid_t pid, const std::function<void()>& work) {
+  std::string program;
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':') && program.empty();)
+    if (!dir.empty() && ::access((fs::path(dir) / "strace").c_str(), X_OK) == 0) program = (fs::path(dir) / "strace");
+  if (program.empty()) throw std::runtime_error("strace is not installed (deploy/install-deps.sh installs it)");
+  TempDir dir("rjg-strace");
+  const fs::path summary = dir.path() / "summary.txt";
+  ChildProcess strace;
+  strace.start({program, "-f", "-c", "-o", summary.string(), "-p", std::to_string(pid)}, dir.path() / "out.txt",
+               dir.path() / "err.txt");
+  if (!eventually([&] { return all_threads_traced(pid) || !strace.running(); }, 10s) || !strace.running())
+    throw std::runtime_error("strace could not attach to pid " + std::to_string(pid) + ": " +
+                             read_file(dir.path() / "err.txt"));
+  work();
+  strace.signal(SIGINT);  // detaches and writes the summary
+  if (!strace.wait(20s)) throw std::runtime_error("strace did not end after SIGINT");
+
+  // "% time  seconds  usecs/call  calls  [errors]  syscall", between two rules, then the total.
+  SyscallCounts counts;
+  std::istringstream lines(read_file(summary));
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::vector<std::string> f;
+    for (std::string w; fields >> w;) f.push_back(w);
+    if (f.size() < 5 || f[0] == "%" || f[0].starts_with("---")) continue;
+    const std::string& name = f.back();
+    const std::uint64_t calls = std::stoull(f[3]);
+    const std::uint64_t errors = f.size() == 6 ? std::stoull(f[4]) : 0;
+    if (name == "total") {
+      counts.total = calls;
+    } else {
+      counts.by_name[name] = {calls, errors};
+    }
+  }
+  if (counts.by_name.empty()) throw std::runtime_error("strace wrote no summary: " + read_file(summary));
+  return counts;
 }
 
 }  // namespace rjg::test

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -124,6 +125,19 @@ std::uint64_t rss_bytes(pid_t pid);
 std::string describe_fds(pid_t pid);
 // The process's command line, arguments separated by spaces ("" if gone).
 std::string proc_cmdline(pid_t pid);
+
+// The system calls a process makes (all its threads), counted by `strace -c -f` attached to it.
+struct SyscallCounts {
+  struct Entry {
+    std::uint64_t calls = 0;
+    std::uint64_t errors = 0;  // calls that failed (EAGAIN among them)
+  };
+  std::map<std::string, Entry> by_name;
+  std::uint64_t total = 0;
+};
+// Attaches strace to pid, waits until every thread of it is traced, runs `work`, detaches and returns
+// the counts. Throws std::runtime_error (saying why) when strace is missing or cannot attach.
+SyscallCounts count_syscalls(pid_t pid, const std::function<void()>& work);
 
 // One [[library]] entry of the gateway configuration.
 struct LibrarySpec {

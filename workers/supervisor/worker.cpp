@@ -50,8 +50,9 @@ Worker::Worker(asio::any_io_executor executor, const config::Library& library, S
       pid_(process.pid),
       executable_(std::move(process.executable)),
       channel_(StreamOptions{options.framing, FrameReader::Mode::lenient, JsonLimits{}, kStdinHighWater},
-               std::move(process.stdout_pipe), std::move(process.stdin_pipe)),
+               FdStream(executor, process.stdout_pipe.release()), FdStream(executor, process.stdin_pipe.release())),
       stderr_(std::move(process.stderr_pipe)),
+      deadline_timer_(executor),
       exited_(executor),
       stdout_done_(executor),
       stderr_done_(executor) {
@@ -181,15 +182,18 @@ asio::awaitable<Message> Worker::request(std::string_view method, std::string pa
   if (!alive()) throw WorkerError(protocol::kWorkerFailed, unavailable(what), error_data());
 
   const State state_before = state_;
-  auto flight = std::make_shared<InFlight>(executor_, next_id_++, std::move(observer));
+  auto flight = std::make_shared<InFlight>(next_id_++, std::move(observer));
   in_flight_ = flight;
   current_call_ = what;
   if (state_ == State::idle) set_state(State::busy, what);
+  if (timeout) {
+    flight->deadline = AsyncEvent::clock::now() + *timeout;
+    watch_deadline(*flight->deadline);
+  }
   channel_.send(make_request_raw(std::to_string(flight->id), method, params));
 
-  bool answered = true;
-  if (timeout) answered = co_await flight->done.wait_for(*timeout);
-  else co_await flight->done.wait();
+  co_await flight->done.wait();
+  const bool answered = !flight->timed_out;
   in_flight_.reset();
   if (state_ == State::busy) set_state(State::idle, "call done");
 
@@ -258,9 +262,35 @@ asio::awaitable<void> Worker::read_stdout() {
 }
 
 void Worker::fail_everything() {
-  // The call in flight gets its error answer now; queued calls each fail fast when their turn comes.
-  if (in_flight_ && !in_flight_->reply) in_flight_->done.set();
   channel_.close_writer();
+  // The call in flight gets its error answer now (its caller runs before this returns); queued calls
+  // each fail fast when their turn comes.
+  if (in_flight_ && !in_flight_->reply) in_flight_->done.notify();
+}
+
+void Worker::watch_deadline(AsyncEvent::clock::time_point deadline) {
+  if (deadline_armed_ && *deadline_armed_ <= deadline) return;  // it fires first and re-checks then
+  // (Re)armed for an earlier deadline; a wait already running ends with operation_aborted and finds
+  // deadline_armed_ set by its successor.
+  deadline_armed_ = deadline;
+  deadline_timer_.expires_at(deadline);
+  deadline_timer_.async_wait([weak = weak_from_this(), deadline](const boost::system::error_code& ec) {
+    auto self = weak.lock();
+    if (!self || ec || self->deadline_armed_ != deadline) return;
+    self->on_deadline_timer();
+  });
+}
+
+void Worker::on_deadline_timer() {
+  deadline_armed_.reset();
+  auto flight = in_flight_;
+  if (!flight || !flight->deadline || flight->reply || flight->done.notified()) return;
+  if (AsyncEvent::clock::now() < *flight->deadline) {
+    watch_deadline(*flight->deadline);  // an earlier call's deadline; this call still has time
+    return;
+  }
+  flight->timed_out = true;
+  flight->done.notify();
 }
 
 asio::awaitable<void> Worker::handle(Message message) {
@@ -294,9 +324,10 @@ asio::awaitable<void> Worker::handle(Message message) {
       // call in flight (one at a time), which must not wait forever for another answer.
       const bool ours = (in_flight_ && id == std::to_string(in_flight_->id)) ||
                         (id == "null" && message.kind == Message::Kind::error_response);
-      if (in_flight_ && ours && !in_flight_->reply) {
+      if (in_flight_ && ours && !in_flight_->reply && !in_flight_->done.notified()) {
         in_flight_->reply = std::move(message);
-        in_flight_->done.set();
+        // Last: the caller resumes inside notify() and carries the answer on to its client.
+        in_flight_->done.notify();
       } else {
         log::warn("worker {}[{}]: dropped a response with unexpected id {} (late answer to a call that timed out?)",
                   library_.name, pid_, id);

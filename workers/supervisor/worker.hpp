@@ -4,6 +4,8 @@
 
 #include "common/runtime/async_event.hpp"
 #include "common/protocol/message.hpp"
+#include "common/runtime/fd_stream.hpp"
+#include "common/runtime/handoff.hpp"
 #include "common/runtime/message_stream.hpp"
 #include "config/config.hpp"
 #include "workers/supervisor/reaper.hpp"
@@ -101,12 +103,15 @@ class Worker : public std::enable_shared_from_this<Worker> {
 
  private:
   struct InFlight {
-    explicit InFlight(asio::any_io_executor ex, std::int64_t id, std::weak_ptr<CallObserver> observer)
-        : id(id), observer(std::move(observer)), done(ex) {}
+    InFlight(std::int64_t id, std::weak_ptr<CallObserver> observer) : id(id), observer(std::move(observer)) {}
     std::int64_t id;
     std::weak_ptr<CallObserver> observer;
+    std::optional<AsyncEvent::clock::time_point> deadline;  // the call's timeout, if it has one
     std::optional<Message> reply;
-    AsyncEvent done;
+    bool timed_out = false;
+    // Notified once: the answer arrived, the deadline passed, or the worker is gone. The caller then
+    // resumes inside the notifier (see handoff.hpp), so the answer costs no extra pass of the loop.
+    Handoff done;
   };
 
   asio::awaitable<Message> request(std::string_view method, std::string params, std::weak_ptr<CallObserver> observer,
@@ -120,6 +125,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
   void on_exit(ExitStatus status);
   void fail_everything();
   void set_state(State s, std::string_view why);
+  // Calls with a timeout share one timer that is never cancelled: when it fires it times out the call
+  // in flight if that call's deadline has passed, and otherwise waits again for that call's deadline.
+  // An answer in time so costs nothing (a cancelled timer is a posted handler, one more loop pass).
+  void watch_deadline(AsyncEvent::clock::time_point deadline);
+  void on_deadline_timer();
   json::object error_data() const;
   void signal_group(int sig);
 
@@ -130,12 +140,14 @@ class Worker : public std::enable_shared_from_this<Worker> {
   std::string executable_;
   std::string server_name_;
   // The protocol channel: the worker's stdout (read) and stdin (written) as one message stream.
-  MessageStream<DuplexStream<asio::readable_pipe, asio::writable_pipe>> channel_;
+  MessageStream<DuplexStream<FdStream, FdStream>> channel_;
   asio::readable_pipe stderr_;
 
   State state_ = State::starting;
   std::int64_t next_id_ = 1;
   std::shared_ptr<InFlight> in_flight_;
+  asio::steady_timer deadline_timer_;
+  std::optional<AsyncEvent::clock::time_point> deadline_armed_;  // when the timer fires, while it runs
   std::string current_call_;  // "keyword 'Sleep'", for messages about a death mid-call
   bool busy_ = false;
   std::deque<std::shared_ptr<AsyncEvent>> waiting_;
