@@ -378,6 +378,33 @@ TEST_F(PoolSharedTest, CallsOfSeveralSessionsRunOneAtATimeInArrivalOrder) {
   EXPECT_EQ(started_pids("Shared").size(), 1u);
 }
 
+// Imports that queue for capacity while the shared workers are still starting get room in them once
+// they are up (each holds two imports): a worker that becomes ready wakes the queue.
+TEST_F(PoolSharedTest, ImportsQueuedWhileSharedWorkersStartGetRoomInThem) {
+  start({pool_library("Shared",
+                      "isolation = \"shared\"\nmax_workers = 2\nmax_imports_per_worker = 2\nqueue_timeout = \"60s\"\n",
+                      {"--initialize-wait-file", gate("init")})});
+  std::vector<RpcClient> clients;
+  std::vector<json::value> imports;
+  for (int i = 0; i < 4; ++i) {
+    clients.push_back(connect());
+    clients.back().initialize();
+    imports.push_back(clients.back().send_request(protocol::kImportLibrary,
+                                                  json::object{{"name", "Shared"}, {"args", json::array{}}, {"kw_args", json::object{}}}));
+    barrier(clients.back());  // this import waits: for its worker's start, or in the queue for capacity
+  }
+  EXPECT_EQ(started_pids("Shared").size(), 2u);
+  open_gate("init");
+  std::set<pid_t> pids;
+  for (int i = 0; i < 4; ++i) {
+    auto reply = clients[i].wait_reply(imports[i]);
+    RJG_ASSERT_OK(reply);
+    pids.insert(pid_of(clients[i], token_of(reply)));
+  }
+  EXPECT_EQ(pids.size(), 2u) << "four imports did not share the two workers";
+  EXPECT_EQ(started_pids("Shared").size(), 2u);
+}
+
 // ================================================================================================
 // Caps and the queue for capacity
 
@@ -786,6 +813,10 @@ TEST_F(PoolRlimitTest, LimitsApplyToTheWorkerOnly) {
   // An AddressSanitizer worker reserves terabytes of shadow address space at start: RLIMIT_AS kills it
   // before main(). The normal build runs this test.
   GTEST_SKIP() << "RLIMIT_AS cannot be tested with AddressSanitizer-built workers";
+#elif defined(__SANITIZE_THREAD__)
+  // So does a ThreadSanitizer worker (its shadow memory and its allocator's fixed region): it dies in
+  // the runtime's start-up ("CHECK failed: sanitizer_allocator_primary64.h") before main().
+  GTEST_SKIP() << "RLIMIT_AS cannot be tested with ThreadSanitizer-built workers";
 #endif
   constexpr std::int64_t kAddressSpace = 512ll << 20;
   start({pool_library("Limited", "rlimits = { address_space = \"512MiB\", open_files = 64, cpu_seconds = 3600 }\n"),

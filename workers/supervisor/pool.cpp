@@ -222,6 +222,9 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
   log::info("library {}: worker pid {} ready ({}; {} live)", library_.name, worker->pid(),
             for_prewarm ? "prewarm" : "cold start for an import", workers_.size());
   asio::co_spawn(owner_.executor_, watch(worker), log_exceptions("pool watch " + library_.name));
+  // A shared worker has room for more than the import that started it: imports that queued for
+  // capacity meanwhile look again (after this one, which takes its place before they run).
+  if (library_.isolation == config::Isolation::shared) owner_.capacity_changed();
   if (stopping_) co_await worker->stop("the gateway is shutting down");
   co_return worker;
 }
