@@ -138,7 +138,9 @@ void FrameReader::restart_after_frame() {
   at_boundary_ = true;
   have_length_ = false;
   if (start_ == buffer_.size()) {
-    buffer_.clear();
+    // Nothing left: a buffer that grew for a large frame is given back rather than kept per connection.
+    if (buffer_.capacity() > kKeptCapacity) std::string().swap(buffer_);
+    else buffer_.clear();
     start_ = 0;
   }
   cursor_ = line_ = body_ = start_;

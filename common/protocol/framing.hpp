@@ -88,6 +88,8 @@ class FrameReader {
 
   FramingLimits limits_;
   Mode mode_;
+  // An empty buffer keeps at most this much capacity between frames.
+  static constexpr std::size_t kKeptCapacity = 64 * 1024;
   std::string buffer_;
   std::size_t start_ = 0;  // the first byte not yet returned or dropped
   bool failed_ = false;

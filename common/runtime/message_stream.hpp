@@ -64,7 +64,7 @@ class MessageStream {
         options_(options),
         reader_(options.framing, options.mode),
         writer_(stream_, options.high_water),
-        buffer_(64 * 1024) {}
+        buffer_(kReadMin) {}
 
   MessageStream(const MessageStream&) = delete;
   MessageStream& operator=(const MessageStream&) = delete;
@@ -121,6 +121,7 @@ class MessageStream {
         co_return in;
       }
       reader_.feed({buffer_.data(), n});
+      resize_read_buffer(n);
     }
   }
 
@@ -176,6 +177,18 @@ class MessageStream {
     return in;
   }
 
+  // The read buffer starts small (an idle connection holds 4 KiB, not 64), doubles up to 64 KiB while
+  // reads fill it, and goes back to 4 KiB after a run of small reads.
+  void resize_read_buffer(std::size_t n) {
+    if (n == buffer_.size() && buffer_.size() < kReadMax) {
+      buffer_.resize(buffer_.size() * 2);
+      small_reads_ = 0;
+    } else if (buffer_.size() > kReadMin && n <= kReadMin / 4 && ++small_reads_ >= 64) {
+      std::vector<char>(kReadMin).swap(buffer_);
+      small_reads_ = 0;
+    }
+  }
+
   // A frame's read time runs from its first byte until it is complete.
   void mark_partial(bool partial, bool frame_done) {
     if (!partial) {
@@ -190,7 +203,10 @@ class MessageStream {
   StreamOptions options_;
   FrameReader reader_;
   WriteQueue<Stream> writer_;
+  static constexpr std::size_t kReadMin = 4 * 1024;
+  static constexpr std::size_t kReadMax = 64 * 1024;
   std::vector<char> buffer_;
+  std::size_t small_reads_ = 0;
   std::optional<clock::time_point> partial_since_;
   std::optional<asio::any_io_executor> offload_;
   std::size_t offload_threshold_ = 0;
