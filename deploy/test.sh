@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything, and runs every test (unit and integration); then runs
-# the whole suite again built with AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/), and
-# each fuzz target briefly (deploy/fuzz.sh, build-fuzz/). Fails if any stage fails.
+# the whole suite again built with AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/), the
+# integration suite built with ThreadSanitizer (deploy/tsan.sh, build-tsan/), and each fuzz target
+# briefly (deploy/fuzz.sh, build-fuzz/). Fails if any stage fails.
 #
-#   SANITIZE=0    skip the sanitizer build       FUZZ_SECONDS=N  seconds per fuzz target (default 15; 0 skips)
+#   SANITIZE=0    skip the ASan/UBSan build      FUZZ_SECONDS=N  seconds per fuzz target (default 15; 0 skips)
+#   TSAN=0        skip the ThreadSanitizer build
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$top/build}
 asan_build=${ASAN_BUILD_DIR:-$build-asan}
+tsan_build=${TSAN_BUILD_DIR:-$build-tsan}
 fuzz_build=${FUZZ_BUILD_DIR:-$build-fuzz}
 fuzz_seconds=${FUZZ_SECONDS:-15}
 
@@ -39,6 +42,11 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
     echo "sanitizers: FAILED (full log: $log)" >&2
     exit 1
   fi
+fi
+
+if [[ ${TSAN:-1} != 0 ]]; then
+  # Its own build, log and summary line; it says which tests it runs shorter, and why.
+  BUILD_DIR=$tsan_build "$top/deploy/tsan.sh"
 fi
 
 if [[ $fuzz_seconds != 0 ]]; then

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Builds the integration tests, the gateway, the test worker and the CLI with ThreadSanitizer into
+# build-tsan/ (or $BUILD_DIR) and runs the integration suite: the gateway and the workers the tests
+# start are instrumented too. Fails if a test fails or if any process wrote a TSan report. deploy/test.sh
+# runs it after the ASan stage.
+#
+#   deploy/tsan.sh                      the CI subset (below)
+#   deploy/tsan.sh -R 'Offload|Soak'    only these tests (any ctest arguments replace the subset's)
+#   RJG_CHURN_SESSIONS=1000 RJG_SOAK_SECONDS=40 deploy/tsan.sh -L integration     all of it, in full
+#
+# Every report (a data race, a lock-order inversion, a thread leak, ...) is a file
+# BUILD/tsan-reports/report.PID, kept after the run; the script prints them.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$top/build-tsan}
+reports=$build/tsan-reports
+log=$build/ctest.log
+
+# CI gives this stage about 7 minutes of its 30 (2 cores), and under TSan every process runs several
+# times slower. So by default two tests run shorter than in the other builds (the churn test opens 200
+# sessions instead of 1000, the soak starts new episodes for 20 s instead of 40: both still run every
+# kind of session and fault), and one is left out: WriteTimeoutTest.NonReadingClientReleasesASharedWorker
+# waits at most 60 s for the gateway to relay a 100 MB log flood, which costs the instrumented gateway
+# and worker some 50 s of CPU by themselves. write_timeout is still exercised by MemoryTest (a client
+# that does not read is cut off) and by the soak.
+churn_sessions=${RJG_CHURN_SESSIONS:-200}
+soak_seconds=${RJG_SOAK_SECONDS:-20}
+left_out='WriteTimeoutTest.NonReadingClientReleasesASharedWorker'
+
+"$top/deploy/install-deps.sh"
+echo "tsan: building the integration suite with ThreadSanitizer into $build" >&2
+# -O1: instrumented code at -O0 is much slower still (TSan's own advice is -O1 or more). -g1: line
+# tables, all a report needs. Only the integration tests and what they run: no unit tests, no benchmarks.
+BUILD_DIR=$build "$top/deploy/build.sh" -DRJG_BUILD_TESTS=ON -DRJG_INTEGRATION_TESTS_ONLY=ON -DRJG_TSAN=ON \
+  -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1"
+
+# GCC 12's TSan runtime expects the address layout of the kernel's default randomization (28 bits of
+# mmap entropy on x86-64). Kernels set higher (vm.mmap_rnd_bits up to 32) make it die at start with
+# "FATAL: ThreadSanitizer: unexpected memory mapping"; there the suite runs without address-space
+# randomization (setarch -R), which every process the tests start inherits.
+run=()
+rnd_bits=$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 28)
+if ((rnd_bits > 28)); then
+  run=(setarch "$(uname -m)" -R)
+  echo "tsan: vm.mmap_rnd_bits is $rnd_bits (over 28): running without address-space randomization" >&2
+fi
+probe() { "${run[@]}" "$build/bin/robot-jsonrpc-gateway" --help 2>&1 >/dev/null; }
+if ! out=$(probe); then
+  if [[ $out == *"unexpected memory mapping"* && ${#run[@]} -eq 0 ]]; then
+    run=(setarch "$(uname -m)" -R)
+    echo "tsan: the TSan runtime cannot start with this address layout:" \
+      "running without address-space randomization" >&2
+  fi
+  if ! out=$(probe); then
+    echo "$out" >&2
+    echo "tsan: FAILED: an instrumented program cannot start here (see above). If the message is about the" \
+      "memory mapping and setarch -R is not allowed (a container's seccomp profile), run" \
+      "'sysctl vm.mmap_rnd_bits=28' on the host, or skip this stage with TSAN=0" >&2
+    exit 1
+  fi
+fi
+
+# Inherited by the gateway and the workers the tests start. A report ends the process that wrote it
+# (halt_on_error, exit code 66), so the test sees its gateway or worker die. Reports also go to files,
+# which are checked after the run: a gateway that is only ever stopped with SIGTERM at the test's end
+# still fails the stage.
+rm -rf "$reports"
+mkdir -p "$reports"
+tsan_options="halt_on_error=1:exitcode=66:second_deadlock_stack=1:log_path=$reports/report"
+export TSAN_OPTIONS=$tsan_options${TSAN_OPTIONS:+:$TSAN_OPTIONS}
+
+if (($#)); then
+  ctest_args=("$@")
+  echo "tsan: running the integration tests selected by: $*" >&2
+else
+  ctest_args=(-E "^integration\.${left_out//./\\.}\$")
+  subset="; churn $churn_sessions sessions, soak ${soak_seconds}s, without $left_out"
+  echo "tsan: running a subset of the integration suite, to keep this stage within its CI time: the churn" \
+    "test with $churn_sessions sessions (1000 in the other builds), the soak for ${soak_seconds}s (40), and" \
+    "all but $left_out (its 100 MB log flood outlasts the test's bound under TSan); see deploy/tsan.sh" >&2
+fi
+status=0
+(cd "$build" && RJG_CHURN_SESSIONS=$churn_sessions RJG_SOAK_SECONDS=$soak_seconds \
+  "${run[@]}" ctest --output-on-failure --timeout 600 -j2 "${ctest_args[@]}" >"$log" 2>&1) || status=$?
+
+found=()
+while IFS= read -r -d '' f; do found+=("$f"); done < <(find "$reports" -type f -print0 | sort -z)
+if ((${#found[@]})); then
+  for f in "${found[@]}"; do
+    echo "---- $f (its first 300 lines) ----" >&2
+    head -n 300 "$f" >&2
+  done
+  echo "tsan: FAILED: ${#found[@]} ThreadSanitizer report(s) in $reports (log: $log)" >&2
+  exit 1
+fi
+if ((status != 0)); then
+  # The failing tests with their output.
+  grep -vE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' "$log" >&2 || true
+  echo "tsan: FAILED (full log: $log)" >&2
+  exit 1
+fi
+passed=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' "$log" || true)
+skipped=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*Skipped' "$log" || true)
+echo "tsan: $passed integration tests clean under ThreadSanitizer ($skipped skipped${subset:-}; log: $log)" >&2
