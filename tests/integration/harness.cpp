@@ -503,60 +503,109 @@ void DirectWorker::start(std::chrono::milliseconds timeout) {
 
 namespace rjg::test {
 
+std::optional<std::string> find_program(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (dir.empty()) continue;
+    const fs::path candidate = fs::path(dir) / name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+  }
+  return std::nullopt;
+}
+
 namespace {
-// Every thread of pid is traced (TracerPid set in its status).
+// TracerPid of every thread of pid is set (and there is at least one thread).
 bool all_threads_traced(pid_t pid) {
   std::error_code ec;
-  bool any = false;
+  std::size_t threads = 0;
   for (const auto& task : fs::directory_iterator(fs::path("/proc") / std::to_string(pid) / "task", ec)) {
-    const std::string status = read_file(task.path() / "status");
-    const auto at = status.find("TracerPid:");
-    if (at == std::string::npos) return false;
-    if (std::strtol(status.c_str() + at + 10, nullptr, 10) == 0) return false;
-    any = true;
+    std::ifstream in(task.path() / "status");
+    bool traced = false;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("TracerPid:", 0) == 0) {
+        traced = std::strtol(line.c_str() + 10, nullptr, 10) != 0;
+        break;
+      }
+    }
+    if (!traced) return false;
+    ++threads;
   }
-  return any;
+  return !ec && threads > 0;
+}
+
+void end_strace(ChildProcess& strace) {
+  if (strace.pid() <= 0 || !strace.running()) return;
+  strace.signal(SIGINT);
+  if (!strace.wait(10s)) strace.kill_and_reap();
 }
 }  // namespace
 
 SyscallCounts count_syscalls(pid_t pid, const std::function<void()>& work) {
-  std::string program;
-  const char* path = std::getenv("PATH");
-  std::istringstream dirs(path ? path : "/usr/bin:/bin");
-  for (std::string dir; std::getline(dirs, dir, ':') && program.empty();)
-    if (!dir.empty() && ::access((fs::path(dir) / "strace").c_str(), X_OK) == 0) program = (fs::path(dir) / "strace");
-  if (program.empty()) throw std::runtime_error("strace is not installed (deploy/install-deps.sh installs it)");
+  const auto program = find_program("strace");
+  if (!program) throw StraceUnusable("strace is not installed (deploy/install-deps.sh installs it)");
   TempDir dir("rjg-strace");
-  const fs::path summary = dir.path() / "summary.txt";
+  const fs::path summary = dir.path() / "summary";
   ChildProcess strace;
-  strace.start({program, "-f", "-c", "-o", summary.string(), "-p", std::to_string(pid)}, dir.path() / "out.txt",
-               dir.path() / "err.txt");
-  if (!eventually([&] { return all_threads_traced(pid) || !strace.running(); }, 10s) || !strace.running())
-    throw std::runtime_error("strace could not attach to pid " + std::to_string(pid) + ": " +
-                             read_file(dir.path() / "err.txt"));
-  work();
-  strace.signal(SIGINT);  // detaches and writes the summary
-  if (!strace.wait(20s)) throw std::runtime_error("strace did not end after SIGINT");
+  strace.start({*program, "-c", "-f", "-p", std::to_string(pid), "-o", summary.string()}, dir.path() / "strace.stdout",
+               dir.path() / "strace.stderr");
+  const bool attached = eventually([&] { return all_threads_traced(pid) || !strace.running(); }, 20s, 5ms);
+  if (!attached || !strace.running()) {
+    std::string err = read_file(dir.path() / "strace.stderr");
+    end_strace(strace);
+    while (!err.empty() && err.back() == '\n') err.pop_back();
+    throw StraceUnusable(
+        fmt::format("strace did not attach to pid {} within 20 s: {}", pid, err.empty() ? "(no output)" : err));
+  }
+  try {
+    work();
+  } catch (...) {
+    end_strace(strace);
+    throw;
+  }
+  strace.signal(SIGINT);
+  const auto status = strace.wait(20s);
+  if (!status) {
+    strace.kill_and_reap();
+    throw std::runtime_error("strace did not exit within 20 s of SIGINT");
+  }
+  const std::string text = read_file(summary);
+  if (text.empty())
+    throw std::runtime_error(fmt::format("strace wrote no summary ({}): {}", describe_status(*status),
+                                         read_file(dir.path() / "strace.stderr")));
+  return parse_strace_summary(text);
+}
 
-  // "% time  seconds  usecs/call  calls  [errors]  syscall", between two rules, then the total.
+SyscallCounts parse_strace_summary(const std::string& text) {
+  // % time     seconds  usecs/call     calls    errors syscall
+  // ------ ----------- ----------- --------- --------- ----------------
+  //  60.00    0.000060           2        30         4 read
+  //  ...
+  // 100.00    0.000100           2        50         4 total
+  // The errors column is empty for a call that never failed.
   SyscallCounts counts;
-  std::istringstream lines(read_file(summary));
-  std::string line;
-  while (std::getline(lines, line)) {
+  std::istringstream in(text);
+  bool in_table = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("------", 0) == 0) {
+      in_table = true;
+      continue;
+    }
+    if (!in_table) continue;
     std::istringstream fields(line);
     std::vector<std::string> f;
-    for (std::string w; fields >> w;) f.push_back(w);
-    if (f.size() < 5 || f[0] == "%" || f[0].starts_with("---")) continue;
-    const std::string& name = f.back();
-    const std::uint64_t calls = std::stoull(f[3]);
-    const std::uint64_t errors = f.size() == 6 ? std::stoull(f[4]) : 0;
-    if (name == "total") {
-      counts.total = calls;
-    } else {
-      counts.by_name[name] = {calls, errors};
+    for (std::string word; fields >> word;) f.push_back(word);
+    if (f.size() < 5) continue;
+    SyscallCounts::Entry entry;
+    try {
+      entry.calls = std::stoull(f[3]);
+      entry.errors = f.size() >= 6 ? std::stoull(f[4]) : 0;
+    } catch (const std::exception&) {
+      continue;
     }
+    if (f.back() == "total") counts.total = entry.calls;
+    else counts.by_name[f.back()] = entry;
   }
-  if (counts.by_name.empty()) throw std::runtime_error("strace wrote no summary: " + read_file(summary));
   return counts;
 }
 

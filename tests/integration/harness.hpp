@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -126,6 +127,9 @@ std::string describe_fds(pid_t pid);
 // The process's command line, arguments separated by spaces ("" if gone).
 std::string proc_cmdline(pid_t pid);
 
+// An executable named `name` on $PATH, or nullopt.
+std::optional<std::string> find_program(const std::string& name);
+
 // The system calls a process makes (all its threads), counted by `strace -c -f` attached to it.
 struct SyscallCounts {
   struct Entry {
@@ -135,9 +139,17 @@ struct SyscallCounts {
   std::map<std::string, Entry> by_name;
   std::uint64_t total = 0;
 };
-// Attaches strace to pid, waits until every thread of it is traced, runs `work`, detaches and returns
-// the counts. Throws std::runtime_error (saying why) when strace is missing or cannot attach.
+// strace is missing, or cannot trace here (no ptrace permission in a container, for example).
+class StraceUnusable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// Attaches strace to pid, waits (up to 20 s) until every thread of it shows a tracer, runs `work`,
+// detaches (SIGINT: strace then writes its summary) and returns the counts. Throws StraceUnusable, or
+// std::runtime_error when strace fails after attaching.
 SyscallCounts count_syscalls(pid_t pid, const std::function<void()>& work);
+// The rows of strace -c's summary table, and its total.
+SyscallCounts parse_strace_summary(const std::string& text);
 
 // One [[library]] entry of the gateway configuration.
 struct LibrarySpec {
