@@ -115,6 +115,18 @@ Key<Model> size(std::string_view name, std::uint64_t Model::*field, SizeRule rul
           }};
 }
 
+template <class Model>
+Key<Model> boolean(std::string_view name, bool Model::*field, std::string_view doc) {
+  return {.name = name,
+          .type = "boolean",
+          .default_text = code(Model{}.*field ? "true" : "false"),
+          .range = "`true` or `false`",
+          .doc = doc,
+          .load = [=](Reader& reader, const toml::node& node, const std::string& key, Model& model) {
+            if (auto b = reader.get_bool(node, key)) model.*field = *b;
+          }};
+}
+
 // One of a few names (`what`: "a pickle policy"); with hints, messages suggest the name a near miss was
 // meant to be.
 template <class Model, class Field, class Value, std::size_t N>
@@ -318,14 +330,6 @@ std::string_view home_of(std::string_view name) {
   return "";
 }
 
-void load_end_orphans(Reader& reader, const toml::node& node, const std::string& key, Gateway& gateway) {
-  if (auto b = reader.get_bool(node, key)) gateway.end_orphans = *b;
-}
-
-void load_prewarm_import(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
-  if (auto b = reader.get_bool(node, key)) library.prewarm_import = *b;
-}
-
 }  // namespace
 
 // ---- The tables ----
@@ -385,15 +389,11 @@ const std::vector<Key<Gateway>>& gateway_keys() {
                "it cannot hold a shared worker's output."),
       integer("max_object_members", &Gateway::max_object_members, {.min = 16, .max = 16 * 1024 * 1024},
               "Most members of one JSON object in a message; a message with a larger object is rejected."),
-      {.name = "end_orphans",
-       .type = "boolean",
-       .default_text = code("true"),
-       .range = "`true` or `false`",
-       .doc = "A worker's descendant that leaves its process group and outlives its parent is reparented to the "
+      boolean("end_orphans", &Gateway::end_orphans,
+              "A worker's descendant that leaves its process group and outlives its parent is reparented to the "
               "gateway (a child subreaper): `true` ends it (SIGTERM, then SIGKILL after the longest `shutdown_grace` "
               "of all libraries) and reaps it; "
-              "`false` leaves it running and only reaps it when it exits.",
-       .load = load_end_orphans},
+              "`false` leaves it running and only reaps it when it exits."),
   };
   return keys;
 }
@@ -444,15 +444,11 @@ const std::vector<Key<Library>>& library_keys() {
                 "a start."),
         // Off by default: the import runs the library's constructor with no session to see it (hardware,
         // sessions, licences); the config loader checks that prewarm and isolation allow it.
-        {.name = "prewarm_import",
-         .type = "boolean",
-         .default_text = code("false"),
-         .range = "`true` or `false`",
-         .doc = "Each prewarmed worker also imports the library without arguments ahead of time; an import without "
+        boolean("prewarm_import", &Library::prewarm_import,
+                "Each prewarmed worker also imports the library without arguments ahead of time; an import without "
                 "arguments then gets that instance, answered at once (an import with arguments gets the warm "
                 "worker and a fresh instance). Needs `prewarm` of at least 1 and `isolation = \"session\"`; only "
-                "for libraries whose constructor has no side effects.",
-         .load = load_prewarm_import},
+                "for libraries whose constructor has no side effects."),
         integer("max_workers", &Library::max_workers, {.zero = "no cap of its own"},
                 "Most workers of this library at once (prewarmed ones included); `[gateway]` `max_workers` still "
                 "applies."),

@@ -15,25 +15,12 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$top/build}
 out=${OUT_DIR:-$build/bench}
 
-# gnuplot draws the figures and strace counts the gateway's system calls: Debian packages, installed
-# here when missing (they are not needed to build or test, so install-deps.sh leaves them out).
-want=(gnuplot-nox strace)
+# gnuplot draws the figures (strace, which counts the gateway's system calls, is a build dependency
+# already): Debian packages, installed with the build's own when missing. Without root they cannot be;
+# that is not fatal: without gnuplot there is no plot.
+want=(gnuplot-nox)
 [[ ${PNG:-0} != 0 ]] && want+=(librsvg2-bin)
-missing=()
-for p in "${want[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  if [[ $(id -u) -eq 0 ]]; then
-    echo "installing: ${missing[*]}" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  else
-    # Not fatal: rjg-bench prints "strace not found" for that row, and without gnuplot there is no plot.
-    echo "missing packages: ${missing[*]} (run as root to install them); going on without" >&2
-  fi
-fi
+"$top/deploy/install-deps.sh" "${want[@]}" || echo "bench: going on without the packages above" >&2
 
 status=0
 if [[ ${PLOT_ONLY:-0} == 0 ]]; then

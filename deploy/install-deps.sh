@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages the project builds with, only those that are missing.
-# Used by quickstart.sh and test.sh; safe to run again.
+# Installs the Debian 12 packages the project builds with, only those that are missing; packages named
+# as arguments too (deploy/bench.sh adds gnuplot). Used by quickstart.sh, test.sh and bench.sh; safe to
+# run again.
 set -euo pipefail
 
 packages=(
@@ -13,6 +14,8 @@ packages=(
   strace                                   # counting the relay's system calls (a test and the benchmark)
   clang libclang-rt-14-dev                 # fuzz targets (deploy/fuzz.sh): clang, libFuzzer and its ASan/UBSan runtimes
 )
+
+packages+=("$@")
 
 missing=()
 for p in "${packages[@]}"; do

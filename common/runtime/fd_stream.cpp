@@ -83,8 +83,8 @@ asio::execution_context::id ProbeList::id;
 void StreamState::probe() {
   if (fd < 0 || !reactor_data) return;
   if (!pending_read) {
-    // Its reader is busy: probed once it waits again.
-    list_for_probe();
+    // Its reader is busy (or done): probed once it reads again, if it ever does.
+    probe_wanted = true;
     return;
   }
   pending_read->probing = true;
@@ -194,10 +194,13 @@ FdStream::FdStream(executor_type executor, int fd)
 }
 
 FdStream::FdStream(FdStream&& other) noexcept
-    : executor_(std::move(other.executor_)),
-      state_(std::exchange(other.state_, nullptr)),
-      fd_(std::exchange(other.fd_, -1)),
-      socket_(other.socket_) {}
+    : executor_(other.executor_), state_(std::move(other.state_)), fd_(std::exchange(other.fd_, -1)), socket_(other.socket_) {
+  // The moved-from stream is a closed one: its operations fail with bad_descriptor.
+  other.state_ = std::make_shared<fd_io::StreamState>();
+  other.state_->reactor = state_->reactor;
+  other.state_->probes = state_->probes;
+  other.state_->executor = state_->executor;
+}
 
 FdStream::~FdStream() {
   boost::system::error_code ignored;
@@ -233,7 +236,9 @@ void FdStream::shutdown(boost::asio::socket_base::shutdown_type what, boost::sys
 }
 
 void FdStream::cancel() {
-  if (fd_ >= 0 && state_->reactor_data) state_->reactor->cancel_ops(fd_, state_->reactor_data);
+  if (fd_ < 0 || !state_->reactor_data) return;
+  if (state_->pending_read) state_->pending_read->probing = false;  // cancelled, not probed
+  state_->reactor->cancel_ops(fd_, state_->reactor_data);
 }
 
 std::size_t FdStream::write_now(const iovec* iov, int count, boost::system::error_code& ec) {

@@ -82,6 +82,7 @@ struct StreamState : std::enable_shared_from_this<StreamState> {
   ReadOpBase* pending_read = nullptr;  // the read operation started and not completed yet
   std::chrono::steady_clock::time_point last_read{};
   bool probe_listed = false;  // on the loop's probe list
+  bool probe_wanted = false;  // due for a probe while no read waited: listed again when one does
 
   // The pending read is tried once now, for an end of stream that came with the last bytes.
   void probe();
@@ -231,7 +232,13 @@ class FdStream {
     using op = fd_io::Op<fd_io::ReadOpBase, Handler, executor_type>;
     typename op::ptr p = {boost::asio::detail::addressof(handler), op::ptr::allocate(handler), 0};
     p.p = new (p.v) op(handler, executor_, state_, b.data(), b.size());
-    if (fd_ >= 0 && b.size() > 0) state_->pending_read = p.p;
+    if (fd_ >= 0 && b.size() > 0) {
+      state_->pending_read = p.p;
+      if (state_->probe_wanted) {
+        state_->probe_wanted = false;
+        state_->list_for_probe();
+      }
+    }
     start(boost::asio::detail::reactor::read_op, p.p, boost_asio_handler_cont_helpers::is_continuation(handler),
           b.size() == 0);
     p.v = p.p = 0;

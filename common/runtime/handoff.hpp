@@ -15,6 +15,11 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <boost/asio/execution/context.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/query.hpp>
+
+#include <list>
 #include <optional>
 #include <utility>
 
@@ -22,11 +27,31 @@ namespace rjg {
 
 namespace asio = boost::asio;
 
+class Handoff;
+
+namespace handoff_detail {
+// The handoffs with a waiter parked, per event loop. A parked waiter is no Asio operation, so the
+// loop's shutdown would not find it; this service gives it up then (its coroutine is destroyed, as
+// those waiting on Asio operations are), so nothing it holds outlives the loop.
+class Parked : public asio::execution_context::service {
+ public:
+  static inline asio::execution_context::id id;
+  explicit Parked(asio::execution_context& context) : service(context) {}
+  std::list<Handoff*> handoffs;
+
+ private:
+  void shutdown() override;
+};
+}  // namespace handoff_detail
+
 class Handoff {
  public:
   Handoff() = default;
   Handoff(const Handoff&) = delete;
   Handoff& operator=(const Handoff&) = delete;
+  ~Handoff() {
+    if (parked_) parked_->handoffs.erase(self_);
+  }
 
   bool notified() const { return notified_; }
 
@@ -38,6 +63,8 @@ class Handoff {
           // The waiter counts as work of its event loop (as a pending operation does), so the loop
           // does not stop while a coroutine waits here.
           auto executor = asio::get_associated_executor(handler);
+          parked_ = &asio::use_service<handoff_detail::Parked>(asio::query(executor, asio::execution::context));
+          self_ = parked_->handoffs.insert(parked_->handoffs.end(), this);
           work_.emplace(asio::make_work_guard(executor));
           waiter_.emplace(std::move(handler));
         },
@@ -49,6 +76,7 @@ class Handoff {
     if (notified_) return;
     notified_ = true;
     if (!waiter_) return;
+    unpark();
     auto handler = std::move(*waiter_);
     waiter_.reset();
     auto work = std::move(*work_);
@@ -57,9 +85,32 @@ class Handoff {
   }
 
  private:
+  friend class handoff_detail::Parked;
+
+  void unpark() {
+    if (parked_) parked_->handoffs.erase(self_);
+    parked_ = nullptr;
+  }
+
+  // The loop shuts down: the waiter is destroyed without being resumed. Its coroutine frame may own
+  // this handoff, so nothing of *this is touched once the handler is gone.
+  void abandon() {
+    unpark();
+    auto handler = std::move(*waiter_);
+    waiter_.reset();
+    auto work = std::move(*work_);
+    work_.reset();
+  }
+
   bool notified_ = false;
   std::optional<asio::any_completion_handler<void()>> waiter_;
   std::optional<asio::executor_work_guard<asio::any_io_executor>> work_;
+  handoff_detail::Parked* parked_ = nullptr;
+  std::list<Handoff*>::iterator self_;
 };
+
+inline void handoff_detail::Parked::shutdown() {
+  while (!handoffs.empty()) handoffs.front()->abandon();
+}
 
 }  // namespace rjg

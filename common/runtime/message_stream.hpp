@@ -183,7 +183,9 @@ class MessageStream {
     if (n == buffer_.size() && buffer_.size() < kReadMax) {
       buffer_.resize(buffer_.size() * 2);
       small_reads_ = 0;
-    } else if (buffer_.size() > kReadMin && n <= kReadMin / 4 && ++small_reads_ >= 64) {
+    } else if (n > kReadMin / 4) {
+      small_reads_ = 0;
+    } else if (buffer_.size() > kReadMin && ++small_reads_ >= 64) {
       std::vector<char>(kReadMin).swap(buffer_);
       small_reads_ = 0;
     }

@@ -17,10 +17,6 @@
 namespace rjg::test {
 namespace {
 
-bool contains(std::string_view haystack, std::string_view needle) {
-  return haystack.find(needle) != std::string_view::npos;
-}
-
 // Every form the evaluating worker knows (each one evaluates or fails there), and strings without any.
 std::vector<std::string> forms() {
   return {

@@ -52,12 +52,6 @@ Kind kind_of(int i) {
   }
 }
 
-std::string token_of(const RpcReply& reply) {
-  if (!reply.ok() || !reply.result->is_object() || !reply.result->get_object().contains("token"))
-    throw std::runtime_error("import failed: " + describe(reply));
-  return std::string(reply.result->get_object().at("token").as_string());
-}
-
 void expect_echo(RpcClient& c, const std::string& token, int i) {
   auto reply = c.run_keyword(token, "Echo", json::array{i});
   if (!reply.ok() || reply.keyword_error() || keyword_value(reply) != json::value(i))

@@ -4,10 +4,6 @@
 namespace rjg::test {
 namespace {
 
-bool contains(std::string_view haystack, std::string_view needle) {
-  return haystack.find(needle) != std::string_view::npos;
-}
-
 class CliTest : public GatewayTest {
  protected:
   ProcessResult cli(std::vector<std::string> args) {

@@ -17,10 +17,6 @@ LibrarySpec command_library(std::string name, std::vector<std::string> command) 
   return spec;
 }
 
-bool contains(std::string_view haystack, std::string_view needle) {
-  return haystack.find(needle) != std::string_view::npos;
-}
-
 // ------------------------------------------------------------------------------------------------
 // Crash mid-keyword
 

@@ -4,11 +4,14 @@
 #include "common/protocol/protocol.hpp"
 #include "tests/integration/harness.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace rjg::test {
 
@@ -42,6 +45,33 @@ class GatewayTest : public ::testing::Test {
   pid_t remember_pid(pid_t pid) {
     pids_.push_back(pid);
     return pid;
+  }
+
+  // Waits (bounded) until the gateway log contains `needle` at least `times` times.
+  bool log_eventually(std::string_view needle, std::size_t times = 1, std::chrono::milliseconds timeout = 30s) {
+    return eventually([&] { return count_of(gateway().log(), needle) >= times; }, timeout, 20ms);
+  }
+
+  // Waits (bounded) until `pattern` (one capture group: a pid) has matched at least `times` times;
+  // returns every pid it matched.
+  std::vector<pid_t> pids_eventually(const std::string& pattern, std::size_t times = 1,
+                                     std::chrono::milliseconds timeout = 30s) {
+    std::vector<pid_t> pids;
+    eventually(
+        [&] {
+          pids = captured_pids(gateway().log(), pattern);
+          return pids.size() >= times;
+        },
+        timeout, 20ms);
+    for (pid_t p : pids) remember_pid(p);
+    return pids;
+  }
+
+  // Worker pids in the order the gateway started them, for one library.
+  std::vector<pid_t> started_pids(const std::string& library) {
+    auto pids = captured_pids(gateway().log(), fmt::format(R"(worker {}\[(\d+)\]: started)", library));
+    for (pid_t p : pids) remember_pid(p);
+    return pids;
   }
 
   void SetUp() override { ::signal(SIGPIPE, SIG_IGN); }

@@ -31,10 +31,6 @@ namespace {
 // loaded machine never trips it; a gateway that does not do it at all still fails the test.
 constexpr auto kBound = 20s;
 
-bool contains(std::string_view haystack, std::string_view needle) {
-  return haystack.find(needle) != std::string_view::npos;
-}
-
 bool icontains(std::string haystack, std::string needle) {
   auto lower = [](std::string& s) {
     std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });

@@ -609,4 +609,47 @@ SyscallCounts parse_strace_summary(const std::string& text) {
   return counts;
 }
 
+bool contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
+}
+
+std::size_t count_of(std::string_view text, std::string_view needle) {
+  std::size_t n = 0;
+  for (auto pos = text.find(needle); pos != std::string_view::npos; pos = text.find(needle, pos + needle.size())) ++n;
+  return n;
+}
+
+std::vector<pid_t> captured_pids(const std::string& text, const std::string& pattern) {
+  std::regex re(pattern);
+  std::vector<pid_t> out;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it)
+    out.push_back(static_cast<pid_t>(std::stol((*it)[1].str())));
+  return out;
+}
+
+std::vector<std::string> lines_with(const std::string& text, std::string_view needle) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + start, end - start);
+    if (contains(line, needle)) out.emplace_back(line);
+    start = end + 1;
+  }
+  return out;
+}
+
+std::int64_t as_int(const json::value& v) {
+  if (v.is_int64()) return v.get_int64();
+  if (v.is_uint64()) return static_cast<std::int64_t>(v.get_uint64());
+  throw std::runtime_error("not an integer: " + json::serialize(v));
+}
+
+std::string token_of(const RpcReply& reply) {
+  if (!reply.ok() || !reply.result->is_object() || !reply.result->get_object().contains("token"))
+    throw std::runtime_error("not an import result: " + describe(reply));
+  return std::string(reply.result->get_object().at("token").as_string());
+}
+
 }  // namespace rjg::test

@@ -214,7 +214,20 @@ class GatewayProcess {
   ChildProcess process_;
 };
 
+// Text helpers for log checks.
+bool contains(std::string_view haystack, std::string_view needle);
+// How often `needle` occurs in `text` (not overlapping).
+std::size_t count_of(std::string_view text, std::string_view needle);
+// Group 1 of every match of `pattern` in `text`, as pids, in order.
+std::vector<pid_t> captured_pids(const std::string& text, const std::string& pattern);
+// The lines of `text` that contain `needle`.
+std::vector<std::string> lines_with(const std::string& text, std::string_view needle);
+
 // Helpers for keyword replies.
+// An integer result (int64 or uint64); throws otherwise.
+std::int64_t as_int(const json::value& v);
+// The token of an import's result; throws with the reply described otherwise.
+std::string token_of(const RpcReply& reply);
 // RunKeywordResult.result, or null when the field is left out (a keyword that returned None).
 json::value keyword_value(const RpcReply& reply);
 // Initialize + initialized + import; returns the gateway token (ASSERT-style: throws on failure).

@@ -23,45 +23,6 @@
 namespace rjg::test {
 namespace {
 
-bool contains(std::string_view haystack, std::string_view needle) {
-  return haystack.find(needle) != std::string_view::npos;
-}
-
-std::size_t count_of(std::string_view text, std::string_view needle) {
-  std::size_t n = 0;
-  for (auto pos = text.find(needle); pos != std::string_view::npos; pos = text.find(needle, pos + needle.size())) ++n;
-  return n;
-}
-
-// Group 1 of every match of `pattern` in `text`, as numbers, in order.
-std::vector<pid_t> captured_pids(const std::string& text, const std::string& pattern) {
-  std::regex re(pattern);
-  std::vector<pid_t> out;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it)
-    out.push_back(static_cast<pid_t>(std::stol((*it)[1].str())));
-  return out;
-}
-
-// The log lines that contain `needle`.
-std::vector<std::string> lines_with(const std::string& text, std::string_view needle) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start < text.size()) {
-    auto end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + start, end - start);
-    if (contains(line, needle)) out.emplace_back(line);
-    start = end + 1;
-  }
-  return out;
-}
-
-std::int64_t as_int(const json::value& v) {
-  if (v.is_int64()) return v.get_int64();
-  if (v.is_uint64()) return static_cast<std::int64_t>(v.get_uint64());
-  throw std::runtime_error("not an integer: " + json::serialize(v));
-}
-
 // A test-worker library with pool settings (TOML lines inside its [[library]] table).
 LibrarySpec pool_library(const std::string& name, std::string toml, std::vector<std::string> extra_args = {}) {
   LibrarySpec spec = test_library(name, std::move(extra_args));
@@ -71,12 +32,6 @@ LibrarySpec pool_library(const std::string& name, std::string toml, std::vector<
 
 json::object keyword_params(const std::string& token, std::string_view keyword, json::array args = {}) {
   return json::object{{"library_token", token}, {"name", keyword}, {"args", std::move(args)}, {"kwargs", json::object{}}};
-}
-
-std::string token_of(const RpcReply& reply) {
-  if (!reply.ok() || !reply.result->is_object() || !reply.result->get_object().contains("token"))
-    throw std::runtime_error("not an import result: " + describe(reply));
-  return std::string(reply.result->get_object().at("token").as_string());
 }
 
 // The RJG_ASSERT_* macros evaluate their argument more than once; these take a call and evaluate it once.
@@ -98,33 +53,6 @@ std::string token_of(const RpcReply& reply) {
 
 class PoolTest : public GatewayTest {
  protected:
-  // Waits (bounded) until the gateway log contains `needle` at least `times` times.
-  bool log_eventually(std::string_view needle, std::size_t times = 1, std::chrono::milliseconds timeout = 30s) {
-    return eventually([&] { return count_of(gateway().log(), needle) >= times; }, timeout, 20ms);
-  }
-
-  // Waits (bounded) until `pattern` (one capture group: a pid) has matched at least `times` times;
-  // returns every pid it matched.
-  std::vector<pid_t> pids_eventually(const std::string& pattern, std::size_t times = 1,
-                                     std::chrono::milliseconds timeout = 30s) {
-    std::vector<pid_t> pids;
-    eventually(
-        [&] {
-          pids = captured_pids(gateway().log(), pattern);
-          return pids.size() >= times;
-        },
-        timeout, 20ms);
-    for (pid_t p : pids) remember_pid(p);
-    return pids;
-  }
-
-  // Worker pids in the order the gateway started them, for one library.
-  std::vector<pid_t> started_pids(const std::string& library) {
-    auto pids = captured_pids(gateway().log(), fmt::format(R"(worker {}\[(\d+)\]: started)", library));
-    for (pid_t p : pids) remember_pid(p);
-    return pids;
-  }
-
   // A request the gateway answers itself at once (-32601). Requests are dispatched in the order they
   // are read from the connection, so once this is answered every request sent before it on the same
   // connection has reached its queue (the worker's call queue, or the pool's capacity queue).

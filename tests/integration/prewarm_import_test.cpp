@@ -16,45 +16,6 @@
 namespace rjg::test {
 namespace {
 
-bool contains(std::string_view haystack, std::string_view needle) {
-  return haystack.find(needle) != std::string_view::npos;
-}
-
-// Group 1 of every match of `pattern` in `text`, as pids, in order.
-std::vector<pid_t> captured_pids(const std::string& text, const std::string& pattern) {
-  std::regex re(pattern);
-  std::vector<pid_t> out;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it)
-    out.push_back(static_cast<pid_t>(std::stol((*it)[1].str())));
-  return out;
-}
-
-// The log lines that contain `needle`.
-std::vector<std::string> lines_with(const std::string& text, std::string_view needle) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start < text.size()) {
-    auto end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + start, end - start);
-    if (contains(line, needle)) out.emplace_back(line);
-    start = end + 1;
-  }
-  return out;
-}
-
-std::int64_t as_int(const json::value& v) {
-  if (v.is_int64()) return v.get_int64();
-  if (v.is_uint64()) return static_cast<std::int64_t>(v.get_uint64());
-  throw std::runtime_error("not an integer: " + json::serialize(v));
-}
-
-std::string token_of(const RpcReply& reply) {
-  if (!reply.ok() || !reply.result->is_object() || !reply.result->get_object().contains("token"))
-    throw std::runtime_error("not an import result: " + describe(reply));
-  return std::string(reply.result->get_object().at("token").as_string());
-}
-
 // A test-worker library that imports ahead: prewarm = 1 and prewarm_import = true, plus `toml`.
 LibrarySpec ahead_library(const std::string& name, std::vector<std::string> extra_args = {}, std::string toml = {}) {
   LibrarySpec spec = test_library(name, std::move(extra_args));
@@ -69,31 +30,6 @@ std::string ahead_pattern(const std::string& library) {
 
 class PrewarmImportTest : public GatewayTest {
  protected:
-  // Waits (bounded) until `pattern` (one capture group: a pid) matched at least `times` times; returns
-  // every pid it matched.
-  std::vector<pid_t> pids_eventually(const std::string& pattern, std::size_t times = 1,
-                                     std::chrono::milliseconds timeout = 30s) {
-    std::vector<pid_t> pids;
-    eventually(
-        [&] {
-          pids = captured_pids(gateway().log(), pattern);
-          return pids.size() >= times;
-        },
-        timeout, 20ms);
-    for (pid_t p : pids) remember_pid(p);
-    return pids;
-  }
-
-  std::vector<pid_t> started_pids(const std::string& library) {
-    auto pids = captured_pids(gateway().log(), fmt::format(R"(worker {}\[(\d+)\]: started)", library));
-    for (pid_t p : pids) remember_pid(p);
-    return pids;
-  }
-
-  bool log_eventually(std::string_view needle, std::chrono::milliseconds timeout = 30s) {
-    return eventually([&] { return contains(gateway().log(), needle); }, timeout, 20ms);
-  }
-
   json::value keyword(RpcClient& c, const std::string& token, std::string_view name, json::array args = {}) {
     auto reply = c.run_keyword(token, name, std::move(args));
     if (!reply.ok() || reply.keyword_error())

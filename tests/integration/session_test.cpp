@@ -12,10 +12,6 @@ namespace {
 
 json::value parse(std::string_view text) { return json::parse(text); }
 
-bool contains(std::string_view haystack, std::string_view needle) {
-  return haystack.find(needle) != std::string_view::npos;
-}
-
 bool has_keyword(const json::object& definition, std::string_view name) {
   auto it = definition.find("keywords");
   if (it == definition.end() || !it->value().is_array()) return false;

@@ -34,6 +34,14 @@ struct ReadResult {
   std::string bytes;
 };
 
+// Runs io until done() holds, bounded (10 s).
+template <typename Done>
+void run_until(asio::io_context& io, Done done) {
+  io.restart();
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!done() && std::chrono::steady_clock::now() < deadline) io.run_one_for(100ms);
+}
+
 // One async_read_some on s, run on io until it completes (bounded: 10 s of the loop).
 std::optional<ReadResult> read_once(asio::io_context& io, FdStream& s, std::size_t size = 4096) {
   std::optional<ReadResult> result;
@@ -41,9 +49,7 @@ std::optional<ReadResult> read_once(asio::io_context& io, FdStream& s, std::size
   s.async_read_some(asio::buffer(buffer), [&](const boost::system::error_code& ec, std::size_t n) {
     result = ReadResult{ec, buffer.substr(0, n)};
   });
-  io.restart();
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!result && std::chrono::steady_clock::now() < deadline) io.run_one_for(100ms);
+  run_until(io, [&] { return result.has_value(); });
   return result;
 }
 
@@ -95,8 +101,7 @@ TEST(FdStream, BytesThatArriveAfterAShortReadAreReadOnTheNextEvent) {
   io.poll();
   EXPECT_FALSE(r2) << "completed before any byte was written";
   write_all(peer, "second");
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!r2 && std::chrono::steady_clock::now() < deadline) io.run_one_for(100ms);
+  run_until(io, [&] { return r2.has_value(); });
   ASSERT_TRUE(r2);
   EXPECT_FALSE(r2->ec);
   EXPECT_EQ(r2->bytes, "second");
@@ -155,6 +160,38 @@ TEST(FdStream, EndOfStreamThatCameWithTheLastBytesIsSeenOnAPipe) {
   EXPECT_EQ(r2->ec, asio::error::eof);
 }
 
+// A stream whose reader is done (it read the end of stream) but that is still open is not probed for
+// ever: the loop's probe timer stops, and the loop runs out of work.
+TEST(FdStream, AStreamNoLongerReadIsNotProbedForEver) {
+  asio::io_context io;
+  auto [mine, peer] = socket_pair();
+  FdStream s(io.get_executor(), mine);
+  write_all(peer, "bye");
+  auto r1 = read_once(io, s);  // short: the stream is listed for a probe
+  ASSERT_TRUE(r1);
+  ::close(peer);
+  auto r2 = read_once(io, s);
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(r2->ec, asio::error::eof);
+  // No read is started again; the stream stays open.
+  io.restart();
+  io.run_for(std::chrono::seconds(2));
+  EXPECT_TRUE(io.stopped()) << "the loop still had work (a probe timer) with nothing left to probe";
+  EXPECT_TRUE(s.is_open());
+}
+
+// A moved-from stream is a closed one: its operations fail, they do not crash.
+TEST(FdStream, AMovedFromStreamFailsItsOperations) {
+  asio::io_context io;
+  auto [mine, peer] = socket_pair();
+  FdStream a(io.get_executor(), mine);
+  FdStream b(std::move(a));
+  auto r = read_once(io, a);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->ec, asio::error::bad_descriptor);
+  ::close(peer);
+}
+
 TEST(FdStream, WriteSomeNowWritesWhatFitsThenSaysWouldBlock) {
   asio::io_context io;
   auto [read_end, write_end] = pipe_pair();
@@ -193,8 +230,7 @@ TEST(FdStream, AsyncWriteWaitsForRoomAndCompletesWhenThePeerReads) {
     ASSERT_GT(n, 0);
     drained += static_cast<std::size_t>(n);
   }
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!done && std::chrono::steady_clock::now() < deadline) io.run_one_for(100ms);
+  run_until(io, [&] { return done.has_value(); });
   ASSERT_TRUE(done);
   EXPECT_GT(*done, 0u);
   ::close(read_end);
@@ -240,9 +276,7 @@ TEST(FdStream, ShutdownReceiveEndsAPendingRead) {
   boost::system::error_code ec;
   s.shutdown(asio::socket_base::shutdown_receive, ec);
   EXPECT_FALSE(ec);
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  io.restart();
-  while (!result && std::chrono::steady_clock::now() < deadline) io.run_one_for(100ms);
+  run_until(io, [&] { return result.has_value(); });
   ASSERT_TRUE(result);
   EXPECT_EQ(*result, asio::error::eof);
   ::close(peer);

@@ -263,6 +263,9 @@ asio::awaitable<void> Worker::read_stdout() {
 
 void Worker::fail_everything() {
   channel_.close_writer();
+  // No call will need it again: a pending deadline wait would keep the loop busy until it passed.
+  deadline_timer_.cancel();
+  deadline_armed_.reset();
   // The call in flight gets its error answer now (its caller runs before this returns); queued calls
   // each fail fast when their turn comes.
   if (in_flight_ && !in_flight_->reply) in_flight_->done.notify();
