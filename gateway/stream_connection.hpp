@@ -83,7 +83,10 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   bool closing() const override { return closing_; }
   void session_idle() override {
     last_activity_ = clock::now();
-    watchdog_wake_.set();
+    // The watchdog is woken only if it would sleep past the new idle deadline: after most keywords it
+    // already wakes earlier (and then plans anew), so an answer costs no extra pass of the loop.
+    const auto idle = context_.config.gateway.idle_timeout;
+    if (idle.count() > 0 && watchdog_until_ > last_activity_ + idle) watchdog_wake_.set();
   }
   asio::awaitable<void> wait_closed() override { co_await closed_.wait(); }
   void close(std::string why) override {
@@ -198,6 +201,8 @@ class StreamConnection final : public Connection, public std::enable_shared_from
       if (gw.idle_timeout.count() > 0 && !session_->busy())
         check(last_activity_ + gw.idle_timeout,
               fmt::format("no message for {} (idle_timeout)", seconds(gw.idle_timeout)));
+      else if (gw.idle_timeout.count() > 0 && last_activity_ + gw.idle_timeout > now)
+        next = std::min(next, last_activity_ + gw.idle_timeout);  // busy: only a look again then
       if (!expired.empty()) {
         log::warn("{}: closing: {}", name_, expired);
         send(make_error_raw("null", protocol::kSessionTimeout,
@@ -206,7 +211,9 @@ class StreamConnection final : public Connection, public std::enable_shared_from
         continue;  // write_timeout is still watched while the connection closes
       }
       watchdog_wake_.reset();
+      watchdog_until_ = next;
       co_await watchdog_wake_.wait_until(next);
+      watchdog_until_ = clock::time_point::min();  // awake: planning
     }
   }
 
@@ -241,6 +248,8 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   // When the connection opened, and when the last message arrived.
   clock::time_point connected_at_;
   clock::time_point last_activity_;
+  // Until when the watchdog sleeps (min while it is awake or watches a closing connection).
+  clock::time_point watchdog_until_ = clock::time_point::min();
   AsyncEvent watchdog_wake_;
   std::optional<asio::any_io_executor> offload_;
   bool reading_paused_ = false;  // back-pressure: the client's write queue is full

@@ -712,6 +712,8 @@ TEST_F(TimeoutTest, IdleTimeoutDoesNotCountARunningKeyword) {
   auto slept = c.run_keyword(token, "Sleep", json::array{5});
   RJG_ASSERT_KEYWORD_OK(slept);
   EXPECT_EQ(keyword_value(slept), json::value(5.0));
+  // Idle from the answer on (the watchdog, which slept through the keyword, is woken for it).
+  expect_error_then_close(c, protocol::kSessionTimeout, "", "idle_timeout");
 }
 
 // ------------------------------------------------------------------------------------------------
