@@ -109,6 +109,9 @@ struct Gateway {
   Duration write_timeout{std::chrono::seconds(30)};     // a client's write queue full for this long: disconnect
   std::size_t max_object_members = 65536;               // members of one JSON object in a message
 
+  // Event loops: sessions are spread over this many threads; 0: one per core.
+  std::size_t threads = 0;
+
   // Processes.
   bool end_orphans = true;  // end a worker's descendants that were reparented to the gateway
 

@@ -389,6 +389,10 @@ const std::vector<Key<Gateway>>& gateway_keys() {
                "it cannot hold a shared worker's output."),
       integer("max_object_members", &Gateway::max_object_members, {.min = 16, .max = 16 * 1024 * 1024},
               "Most members of one JSON object in a message; a message with a larger object is rejected."),
+      integer("threads", &Gateway::threads, {.max = 1024, .zero = "one per core"},
+              "Event-loop threads that serve sessions, round robin. A session, its dedicated workers and its relay "
+              "path stay on one thread; pools, shared workers and the drain run on the first. `1` runs everything "
+              "on one thread."),
       boolean("end_orphans", &Gateway::end_orphans,
               "A worker's descendant that leaves its process group and outlives its parent is reparented to the "
               "gateway (a child subreaper): `true` ends it (SIGTERM, then SIGKILL after the longest `shutdown_grace` "

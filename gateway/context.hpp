@@ -1,4 +1,7 @@
 // What every session shares: configuration, routing, the reaper, and the gateway-wide drain state.
+// Sessions run on several event loops ([gateway] threads); what they touch here from their own loop is
+// read-only (config, router, version, options), thread-safe (reaper, draining, the request count), or
+// reached through a hop to the pools' loop (pools: see WorkerPools::acquire).
 #pragma once
 
 #include "common/runtime/async_event.hpp"
@@ -8,7 +11,11 @@
 #include "workers/supervisor/reaper.hpp"
 #include "workers/supervisor/worker.hpp"
 
+#include <boost/asio/dispatch.hpp>
+
+#include <atomic>
 #include <cstdint>
+#include <vector>
 
 namespace rjg::gateway {
 
@@ -16,11 +23,14 @@ inline constexpr std::string_view kServerName = "robot-jsonrpc-gateway";
 
 struct GatewayContext {
   // offload: a thread pool for work on large frames, off the event loop (none: everything on the loop).
+  // executor: loop 0, where the pools, the reaper and the drain run; loops: every event loop (none: only
+  // loop 0), over which prewarmed dedicated workers are spread.
   GatewayContext(asio::any_io_executor executor, const config::Config& config, std::string version,
-                 std::optional<asio::any_io_executor> offload = std::nullopt)
+                 std::optional<asio::any_io_executor> offload = std::nullopt,
+                 std::vector<asio::any_io_executor> loops = {})
       : executor(executor), config(config), offload(offload), router(config), reaper(executor),
         version(std::move(version)), worker_options(make_worker_options(config, this->version, offload)),
-        pools(executor, config, reaper, worker_options), idle(executor) {
+        pools(executor, config, reaper, worker_options, std::move(loops)), idle(executor) {
     idle.set();
   }
 
@@ -43,16 +53,25 @@ struct GatewayContext {
   workers::WorkerOptions worker_options;
   workers::WorkerPools pools;
 
-  // Requests being answered right now, across all sessions; `idle` is set while there are none.
-  std::size_t requests_in_flight = 0;
+  // Requests being answered right now, across all sessions and loops. While draining, `idle` (loop 0's)
+  // is set once there are none. Counted without a lock; loop 0 hears of zero only while draining.
+  std::atomic<std::size_t> requests_in_flight = 0;
   AsyncEvent idle;
-  bool draining = false;  // SIGTERM received: no new imports or keywords
+  std::atomic<bool> draining = false;  // SIGTERM received: no new imports or keywords
 
-  void request_started() {
-    if (requests_in_flight++ == 0) idle.reset();
-  }
+  void request_started() { ++requests_in_flight; }
   void request_finished() {
-    if (--requests_in_flight == 0) idle.set();
+    // Both atomics are sequentially consistent: either this sees draining, or begin_drain() sees zero.
+    if (--requests_in_flight == 0 && draining)
+      asio::dispatch(executor, [this] {
+        if (requests_in_flight == 0) idle.set();
+      });
+  }
+  // On loop 0: no new imports or keywords from now on; `idle` is set once none is in flight.
+  void begin_drain() {
+    idle.reset();
+    draining = true;
+    if (requests_in_flight == 0) idle.set();
   }
 };
 

@@ -6,18 +6,24 @@
 #include "workers/supervisor/spawn.hpp"
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 
 #include <fmt/format.h>
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/prctl.h>
 
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #ifndef RJG_VERSION
 #define RJG_VERSION "0.0.0"
@@ -33,6 +39,16 @@ Serves Robot Framework JsonRpcRemote clients and runs every imported library in 
 of its own. Logs go to stderr. SIGTERM or SIGINT: stop accepting, let requests in flight finish
 (up to [gateway] drain_timeout), end every worker, exit 0. A second signal kills the workers at once.
 )";
+
+// [gateway] threads = 0: one event loop per core this process may run on (its CPU affinity, which a
+// container or systemd's CPUAffinity narrows), not per core of the machine.
+std::size_t loop_count(std::size_t configured) {
+  if (configured) return configured;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<std::size_t>(CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
 
 int check_config(const std::string& path) {
   try {
@@ -80,16 +96,34 @@ int run(const std::string& path) {
                    "can outlive the worker",
                    std::strerror(errno));
 
+  // Loop 0 (this thread) accepts and runs the pools, the reaper and the drain; sessions are spread over
+  // all loops. Each loop is one io_context run by one thread, so nothing of a loop needs a lock.
+  const std::size_t threads = loop_count(config.gateway.threads);
   boost::asio::io_context io(1);
-  rjg::gateway::Server server(io, config, RJG_VERSION);
+  std::vector<std::unique_ptr<boost::asio::io_context>> others;
+  std::vector<boost::asio::any_io_executor> loops{io.get_executor()};
+  for (std::size_t i = 1; i < threads; ++i) {
+    others.push_back(std::make_unique<boost::asio::io_context>(1));
+    loops.push_back(others.back()->get_executor());
+  }
+  std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> keep;
+  for (auto& loop : others) keep.push_back(boost::asio::make_work_guard(*loop));
+  rjg::gateway::Server server(io, config, RJG_VERSION, loops);
   try {
     server.listen();
   } catch (const std::exception& e) {
     rjg::log::error("{}", e.what());
     return 1;
   }
-  rjg::log::info("robot-jsonrpc-gateway {} started with {} ({} libraries)", RJG_VERSION, path,
-                 config.libraries.size());
+  rjg::log::info("robot-jsonrpc-gateway {} started with {} ({} libraries, {} event loop{})", RJG_VERSION, path,
+                 config.libraries.size(), threads, threads == 1 ? "" : "s");
+  std::vector<std::thread> runners;
+  for (std::size_t i = 0; i < others.size(); ++i) {
+    runners.emplace_back([loop = others[i].get(), name = fmt::format("rjg-loop-{}", i + 1)] {
+      ::pthread_setname_np(::pthread_self(), name.c_str());  // in top, ps -L, gdb and /proc/PID/task
+      loop->run();
+    });
+  }
   server.start();
 
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
@@ -112,6 +146,15 @@ int run(const std::string& path) {
   };
   signals.async_wait(on_signal);
   io.run();
+  // The other loops stop with loop 0. What they still had posted (an object let go of on loop 0 at the
+  // very end, to be deleted on its own loop) runs now, on this thread, while their reactors still work.
+  for (auto& loop : others) loop->stop();
+  for (auto& runner : runners) runner.join();
+  for (auto& loop : others) {
+    loop->restart();
+    while (loop->poll() > 0) {
+    }
+  }
   if (received > 1) return 1;
   if (auto left = server.workers_left(); left > 0) {
     rjg::log::warn("{} workers still running at exit; killing them", left);

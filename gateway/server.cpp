@@ -6,8 +6,11 @@
 #include "common/log.hpp"
 #include "common/protocol/message.hpp"
 #include "common/protocol/protocol.hpp"
+#include "common/runtime/loops.hpp"
 
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
@@ -19,8 +22,18 @@
 namespace rjg::gateway {
 using namespace std::chrono_literals;
 
-Server::Server(asio::io_context& io, const config::Config& config, std::string version)
-    : io_(io), context_(io.get_executor(), config, std::move(version), offload_.get_executor()) {}
+namespace {
+std::vector<asio::any_io_executor> or_only(asio::io_context& io, std::vector<asio::any_io_executor> loops) {
+  if (loops.empty()) loops.push_back(io.get_executor());
+  return loops;
+}
+}  // namespace
+
+Server::Server(asio::io_context& io, const config::Config& config, std::string version,
+               std::vector<asio::any_io_executor> loops)
+    : io_(io),
+      loops_(or_only(io, std::move(loops))),
+      context_(io.get_executor(), config, std::move(version), offload_.get_executor(), loops_) {}
 
 void Server::listen() {
   tcp::resolver resolver(io_);
@@ -96,8 +109,9 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor, std::string a
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
-    // The session reads and writes the descriptor itself (FdStream: no read known to find nothing).
-    auto executor = socket.get_executor();
+    // The session reads and writes the descriptor itself (FdStream: no read known to find nothing), on
+    // the next loop in turn: it, its dedicated workers and its relay stay there.
+    const auto loop = loops_[next_loop_++ % loops_.size()];
     const int fd = socket.release(ec);
     if (ec) {
       log::warn("listener {}: cannot take over the connection from {}: {}", address, client, ec.message());
@@ -105,20 +119,24 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor, std::string a
     }
     auto number = next_session_++;
     auto name = fmt::format("session {} ({}:{})", number, client, peer.port());
-    auto session = std::make_shared<StreamConnection<FdStream>>(FdStream(executor, fd), context_, context_.pools,
+    // Made here, started on its loop: nothing of it runs on this one.
+    auto session = std::make_shared<StreamConnection<FdStream>>(FdStream(loop, fd), context_, context_.pools,
                                                                 std::move(name), offload_.get_executor());
-    sessions_[number] = session;
+    sessions_[number] = Live{loop, session};
     ++per_client_[client];
-    session->start();
-    // Forget sessions once they are gone, so neither map grows with every connection.
+    // Forget sessions once they are gone, so neither map grows with every connection: the session's loop
+    // awaits its end, this loop forgets it.
     asio::co_spawn(
-        io_,
-        [this, number, client, weak = std::weak_ptr<Connection>(session)]() -> asio::awaitable<void> {
-          if (auto s = weak.lock()) co_await s->wait_closed();
+        loop,
+        [session]() -> asio::awaitable<void> {
+          session->start();
+          co_await session->wait_closed();
+        },
+        asio::bind_executor(io_, [this, number, client](std::exception_ptr e) {
+          log_exceptions("session tracker")(e);
           sessions_.erase(number);
           if (auto it = per_client_.find(client); it != per_client_.end() && --it->second == 0) per_client_.erase(it);
-        },
-        log_exceptions("session tracker"));
+        }));
   }
 }
 
@@ -160,25 +178,27 @@ void Server::refuse(tcp::socket socket, std::string client, std::string message)
 
 asio::awaitable<void> Server::shutdown() {
   stopping_ = true;
-  context_.draining = true;
+  context_.begin_drain();
   for (auto& acceptor : acceptors_) {
     boost::system::error_code ignored;
     acceptor->close(ignored);
   }
   log::info("shutting down: no new connections; waiting up to {}s for {} requests in flight",
-            context_.config.gateway.drain_timeout.count() / 1000.0, context_.requests_in_flight);
+            context_.config.gateway.drain_timeout.count() / 1000.0, context_.requests_in_flight.load());
   if (!co_await context_.idle.wait_for(context_.config.gateway.drain_timeout))
     log::warn("shutting down: {} requests still in flight after the drain timeout; ending them",
-              context_.requests_in_flight);
+              context_.requests_in_flight.load());
 
-  std::vector<std::shared_ptr<Connection>> live;
-  for (auto& [number, weak] : sessions_)
-    if (auto s = weak.lock()) live.push_back(std::move(s));
-  for (auto& s : live) s->close("the gateway is shutting down");
+  // Each session is closed and awaited on its own loop, and let go there.
+  std::vector<std::pair<asio::any_io_executor, std::shared_ptr<Connection>>> live;
+  for (auto& [number, session] : sessions_)
+    if (auto s = session.connection.lock()) live.emplace_back(session.loop, std::move(s));
+  for (auto& [loop, s] : live) asio::post(loop, [s] { s->close("the gateway is shutting down"); });
   // Ends every worker (prewarmed, shared, and those of the sessions just closed): calls still
   // running fail at once, so no session waits for a keyword that will never end.
   co_await context_.pools.shutdown();
-  for (auto& s : live) co_await s->wait_closed();
+  for (auto& [loop, s] : live) co_await run_on(loop, s->wait_closed());
+  for (auto& [loop, s] : live) release_on(loop, std::move(s));
   log::info("shutdown complete");
 }
 

@@ -18,7 +18,10 @@ using tcp = asio::ip::tcp;
 
 class Server {
  public:
-  Server(asio::io_context& io, const config::Config& config, std::string version);
+  // io: loop 0, which accepts, runs the pools and the drain. loops: every event loop sessions are spread
+  // over, loop 0 included (none: loop 0 only).
+  Server(asio::io_context& io, const config::Config& config, std::string version,
+         std::vector<asio::any_io_executor> loops = {});
 
   // Binds every configured address; throws std::runtime_error naming the address on failure.
   void listen();
@@ -39,11 +42,18 @@ class Server {
   // Threads that classify and pickle-check large frames off the event loop (see StreamConnection).
   static constexpr std::size_t kOffloadThreads = 2;
 
+  struct Live {
+    asio::any_io_executor loop;  // where the session runs: it is closed and awaited there
+    std::weak_ptr<Connection> connection;
+  };
+
   asio::io_context& io_;
+  std::vector<asio::any_io_executor> loops_;
+  std::size_t next_loop_ = 0;
   asio::thread_pool offload_{kOffloadThreads};
   GatewayContext context_;
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
-  std::unordered_map<std::uint64_t, std::weak_ptr<Connection>> sessions_;
+  std::unordered_map<std::uint64_t, Live> sessions_;  // loop 0's
   std::unordered_map<std::string, std::size_t> per_client_;  // live sessions per source address
   std::uint64_t next_session_ = 1;
   bool stopping_ = false;

@@ -335,6 +335,11 @@ std::string make_config(std::uint16_t port, const std::vector<LibrarySpec>& libr
   out += fmt::format("drain_timeout = {}\n", toml_string(options.drain_timeout));
   out += options.extra_gateway_toml;
   if (!options.extra_gateway_toml.empty() && !options.extra_gateway_toml.ends_with('\n')) out += "\n";
+  // A suite registered once per loop count (the pool tests: threads = 1 and 4) says which in the
+  // environment; a test that sets threads itself keeps its own.
+  if (const char* threads = std::getenv("RJG_TEST_GATEWAY_THREADS");
+      threads && *threads && options.extra_gateway_toml.find("threads") == std::string::npos)
+    out += fmt::format("threads = {}\n", threads);
   for (const auto& lib : libraries) {
     out += "\n[[library]]\n";
     out += fmt::format("name = {}\n", toml_string(lib.name));

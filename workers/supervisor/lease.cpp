@@ -5,9 +5,12 @@
 
 #include "common/log.hpp"
 #include "common/protocol/protocol.hpp"
+#include "common/runtime/loops.hpp"
 #include "workers/supervisor/pool.hpp"
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
 
 #include <fmt/format.h>
 
@@ -19,8 +22,53 @@ namespace {
 // How long a worker may take to answer robot/finalize_library (its cleanup) before it is stopped anyway.
 constexpr auto kFinalizeTimeout = std::chrono::seconds(30);
 
+// A call's observer on another loop than its worker: what the worker sends during the call is posted
+// to the caller's loop, in order and ahead of the answer (which reaches the caller the same way), and
+// the worker waits for room in the caller's write queue there.
+class CrossLoopObserver final : public CallObserver {
+ public:
+  CrossLoopObserver(std::weak_ptr<CallObserver> target, asio::any_io_executor home)
+      : target_(std::move(target)), home_(std::move(home)) {}
+
+  void relay_notification(std::string_view json_text) override {
+    asio::post(home_, [target = target_, text = std::string(json_text)] {
+      if (auto observer = target.lock()) observer->relay_notification(text);
+    });
+  }
+  asio::awaitable<void> wait_for_room() override { co_await run_on(home_, room(target_)); }
+
+ private:
+  static asio::awaitable<void> room(std::weak_ptr<CallObserver> target) {
+    if (auto observer = target.lock()) co_await observer->wait_for_room();
+  }
+
+  std::weak_ptr<CallObserver> target_;
+  asio::any_io_executor home_;
+};
+
+// On the worker's loop; its parameters keep the worker and the relay alive until the answer.
+asio::awaitable<Message> call_there(std::shared_ptr<Worker> worker, std::string_view method, std::string params,
+                                    std::shared_ptr<CallObserver> relay, std::string what,
+                                    std::optional<config::Duration> timeout) {
+  co_return co_await worker->call(method, std::move(params), relay, std::move(what), timeout);
+}
+
+// A worker call made from any loop: run on the worker's loop (directly when that is the caller's).
+asio::awaitable<Message> call_worker(std::shared_ptr<Worker> worker, std::string_view method, std::string params,
+                                     std::weak_ptr<CallObserver> observer, std::string what,
+                                     std::optional<config::Duration> timeout = std::nullopt) {
+  const auto here = co_await asio::this_coro::executor;
+  if (worker->executor() == here)
+    co_return co_await worker->call(method, std::move(params), std::move(observer), std::move(what), timeout);
+  std::shared_ptr<CallObserver> relay;
+  if (!observer.expired()) relay = std::make_shared<CrossLoopObserver>(std::move(observer), here);
+  co_return co_await run_on(worker->executor(), call_there(worker, method, std::move(params), relay, std::move(what),
+                                                           timeout));
+}
+
 class PoolLease final : public Lease {
  public:
+  // executor: the pools' loop, where the grant is released.
   PoolLease(Grant grant, asio::any_io_executor executor) : grant_(std::move(grant)), executor_(std::move(executor)) {}
 
   ~PoolLease() override {
@@ -38,8 +86,8 @@ class PoolLease final : public Lease {
     const auto* token = jsontext::find(members, "token");
     if (!token || token->kind != jsontext::Kind::string) co_return;
     const std::string params = "{\"token\":" + std::string(token->value.of(result)) + "}";
-    const auto reply = co_await worker().call(
-        protocol::kFinalizeLibrary, params, {},
+    const auto reply = co_await call_worker(
+        held(), protocol::kFinalizeLibrary, params, {},
         fmt::format("the finalize of the instance of library '{}' imported ahead of time", library().name),
         library().startup_timeout);
     if (reply.kind == Message::Kind::error_response)
@@ -57,8 +105,8 @@ class PoolLease final : public Lease {
     // An import with arguments in a worker that imported the library ahead of time: that instance is
     // finalized first, and this import is a fresh one in the same (warm) process.
     if (auto ahead = take_preimported()) co_await finalize_ahead(*ahead);
-    co_return co_await worker().call(protocol::kImportLibrary, std::move(params), std::move(observer),
-                                     fmt::format("the import of library '{}'", library().name));
+    co_return co_await call_worker(held(), protocol::kImportLibrary, std::move(params), std::move(observer),
+                                   fmt::format("the import of library '{}'", library().name));
   }
 
   asio::awaitable<Message> run_keyword(std::string params, std::string keyword,
@@ -67,10 +115,12 @@ class PoolLease final : public Lease {
     const auto timeout = library().keyword_timeout;
     std::optional<WorkerError> overran;
     try {
-      auto response = co_await worker->call(protocol::kRunKeyword, std::move(params), std::move(observer),
-                                            fmt::format("keyword '{}' of library '{}'", keyword, library().name),
-                                            timeout.count() ? std::optional(timeout) : std::nullopt);
-      grant_.pool->keyword_done(worker);
+      auto response = co_await call_worker(worker, protocol::kRunKeyword, std::move(params), std::move(observer),
+                                           fmt::format("keyword '{}' of library '{}'", keyword, library().name),
+                                           timeout.count() ? std::optional(timeout) : std::nullopt);
+      // Recycling counts keywords of shared workers only, on the pools' loop.
+      if (library().isolation == config::Isolation::shared)
+        asio::dispatch(executor_, [pool = grant_.pool, worker] { pool->keyword_done(worker); });
       co_return response;
     } catch (const WorkerError& e) {
       if (e.code != protocol::kWorkerTimeout) throw;
@@ -79,8 +129,8 @@ class PoolLease final : public Lease {
     // A keyword that overran cannot be interrupted inside the worker: end the worker, and with it every
     // import it holds (they then fail with this reason). The caller is answered at once.
     auto reason = fmt::format("keyword '{}' exceeded keyword_timeout {}ms", keyword, timeout.count());
-    grant_.pool->retire(worker, reason);
-    asio::co_spawn(executor_, stop(worker, reason), log_exceptions("keyword timeout stop"));
+    asio::dispatch(executor_, [pool = grant_.pool, worker, reason] { pool->retire(worker, reason); });
+    asio::co_spawn(worker->executor(), stop(worker, reason), log_exceptions("keyword timeout stop"));
     throw WorkerError(protocol::kWorkerTimeout,
                       fmt::format("Keyword '{}' of library '{}' did not finish within {}ms (keyword_timeout). Its "
                                   "worker (pid {}) is stopped, and this import with it: import the library again.",
@@ -115,18 +165,20 @@ class PoolLease final : public Lease {
     co_await release(std::move(reason));
   }
 
-  asio::awaitable<void> release(std::string reason) override { co_await release_grant(grant_, std::move(reason)); }
+  asio::awaitable<void> release(std::string reason) override {
+    co_await run_on(executor_, release_grant(grant_, std::move(reason)));
+  }
 
  private:
   const config::Library& library() const { return grant_.pool->library(); }
-  Worker& worker() {
+  const std::shared_ptr<Worker>& held() const {
     if (!grant_.worker) throw WorkerError(protocol::kWorkerFailed, "bug: a call through a released lease");
-    return *grant_.worker;
+    return grant_.worker;
   }
 
   asio::awaitable<Message> finalize(std::string params, std::weak_ptr<CallObserver> observer) {
-    co_return co_await worker().call(protocol::kFinalizeLibrary, std::move(params), std::move(observer),
-                                     fmt::format("robot/finalize_library of '{}'", library().name), kFinalizeTimeout);
+    co_return co_await call_worker(held(), protocol::kFinalizeLibrary, std::move(params), std::move(observer),
+                                   fmt::format("robot/finalize_library of '{}'", library().name), kFinalizeTimeout);
   }
 
   static asio::awaitable<void> stop(std::shared_ptr<Worker> worker, std::string reason) {
@@ -149,13 +201,16 @@ class PoolLease final : public Lease {
 
 }  // namespace
 
+// The pool decides on its own loop; a dedicated worker it starts for the import lives on the session's.
 asio::awaitable<std::shared_ptr<Lease>> WorkerPools::acquire(const config::Library& library) {
-  auto grant = co_await pool(library).acquire(false);
+  const auto home = co_await asio::this_coro::executor;
+  auto grant = co_await run_on(executor_, pool(library).acquire(false, home));
   co_return std::make_shared<PoolLease>(std::move(grant), executor_);
 }
 
 asio::awaitable<std::shared_ptr<Lease>> WorkerPools::acquire_without_arguments(const config::Library& library) {
-  auto grant = co_await pool(library).acquire(true);
+  const auto home = co_await asio::this_coro::executor;
+  auto grant = co_await run_on(executor_, pool(library).acquire(true, home));
   co_return std::make_shared<PoolLease>(std::move(grant), executor_);
 }
 

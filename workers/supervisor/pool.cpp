@@ -3,6 +3,7 @@
 #include "common/log.hpp"
 #include "common/protocol/json_text.hpp"
 #include "common/protocol/protocol.hpp"
+#include "common/runtime/loops.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 
@@ -118,9 +119,11 @@ std::shared_ptr<Worker> LibraryPool::pick_shared(bool idle_only) {
   return best;
 }
 
-asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments) {
+asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments, std::optional<asio::any_io_executor> home) {
   const auto deadline = clock::now() + library_.queue_timeout;
   const bool shared = library_.isolation == config::Isolation::shared;
+  // A shared worker serves sessions of every loop: it lives on the pools' loop.
+  const asio::any_io_executor where = shared || !home ? owner_.executor_ : *home;
   for (;;) {
     if (stopping_)
       throw WorkerError(protocol::kShuttingDown, "The gateway is shutting down and starts no new workers.");
@@ -130,13 +133,17 @@ asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments) {
         co_return Grant{w, this, true};
       }
     } else {
-      for (auto it = ready_.begin(); it != ready_.end();) {
+      std::erase_if(ready_, [&](const std::shared_ptr<Worker>& w) {
+        const bool gone = !w->alive() || w->state() != Worker::State::idle;
+        if (gone) prewarm_wake_.set();
+        return gone;
+      });
+      // One on the session's own loop if there is one (its calls then never cross loops), else the oldest.
+      auto it = std::find_if(ready_.begin(), ready_.end(),
+                             [&](const std::shared_ptr<Worker>& w) { return w->executor() == where; });
+      if (it == ready_.end()) it = ready_.begin();
+      if (it != ready_.end()) {
         auto w = *it;
-        if (!w->alive() || w->state() != Worker::State::idle) {
-          it = ready_.erase(it);
-          prewarm_wake_.set();
-          continue;
-        }
         auto& slot = slots_.at(w.get());
         // A worker that imported ahead holds an instance made without arguments: an import without
         // arguments is answered with it; an import with arguments never gets that instance (its lease
@@ -157,7 +164,7 @@ asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments) {
     if (owner_.has_capacity(*this)) {
       if (in_backoff())
         throw WorkerError(protocol::kWorkerFailed, backoff_message(), json::object{{"library", library_.name}});
-      auto w = co_await start_worker(false);
+      auto w = co_await start_worker(false, where);
       ++slots_.at(w.get()).imports;
       prewarm_wake_.set();
       co_return Grant{w, this, false};
@@ -187,14 +194,15 @@ asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments) {
   }
 }
 
-asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prewarm) {
+asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prewarm, asio::any_io_executor home) {
   ++starting_;
   ++owner_.live_;  // reserve the capacity now, so concurrent imports cannot overshoot the caps
   co_await owner_.begin_start(!for_prewarm);
   std::shared_ptr<Worker> worker;
   std::optional<WorkerError> failure;
   try {
-    worker = co_await Worker::start(owner_.executor_, library_, owner_.reaper_, owner_.options_);
+    // Started on its own loop, where it lives from now on.
+    worker = co_await run_on(home, Worker::start(home, library_, owner_.reaper_, owner_.options_));
   } catch (const WorkerError& e) {
     failure = e;
   }
@@ -225,12 +233,12 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
   // A shared worker has room for more than the import that started it: imports that queued for
   // capacity meanwhile look again (after this one, which takes its place before they run).
   if (library_.isolation == config::Isolation::shared) owner_.capacity_changed();
-  if (stopping_) co_await worker->stop("the gateway is shutting down");
+  if (stopping_) co_await run_on(worker->executor(), worker->stop("the gateway is shutting down"));
   co_return worker;
 }
 
 asio::awaitable<void> LibraryPool::watch(std::shared_ptr<Worker> worker) {
-  co_await worker->wait_gone();
+  co_await run_on(worker->executor(), worker->wait_gone());
   auto slot = slots_.find(worker.get());
   auto uptime = slot != slots_.end() ? clock::now() - slot->second.born : clock::duration{};
   const bool counted = slot != slots_.end() && slot->second.failure_counted;
@@ -261,7 +269,7 @@ asio::awaitable<void> LibraryPool::prewarm_loop() {
     std::size_t have = (shared ? workers_.size() : ready_.size()) + starting_;
     if (have < library_.prewarm && owner_.has_capacity(*this) && !in_backoff()) {
       try {
-        auto worker = co_await start_worker(true);
+        auto worker = co_await start_worker(true, shared ? owner_.executor_ : owner_.next_loop());
         bool ready = !shared && !stopping_;
         // A worker counts as started (it holds capacity) while it imports ahead, but is handed out only after.
         if (ready && library_.prewarm_import) ready = co_await import_ahead(worker);
@@ -288,9 +296,11 @@ asio::awaitable<bool> LibraryPool::import_ahead(std::shared_ptr<Worker> worker) 
   bool timed_out = false;
   try {
     // Bounded like a start: a library whose import hangs must not hold a prewarmed worker for ever.
-    answer.emplace(co_await worker->call(protocol::kImportLibrary, std::string(kImportWithoutArguments), logs,
-                                         fmt::format("the import of library '{}' ahead of any session", library_.name),
-                                         library_.startup_timeout));
+    answer.emplace(co_await run_on(
+        worker->executor(),
+        worker->call(protocol::kImportLibrary, std::string(kImportWithoutArguments), logs,
+                     fmt::format("the import of library '{}' ahead of any session", library_.name),
+                     library_.startup_timeout)));
   } catch (const WorkerError& e) {
     why = e.what();
     timed_out = e.code == protocol::kWorkerTimeout;
@@ -314,7 +324,7 @@ asio::awaitable<bool> LibraryPool::import_ahead(std::shared_ptr<Worker> worker) 
   if (slot != slots_.end()) slot->second.failure_counted = true;
   record_failure(fmt::format("the import ahead of any session failed in worker pid {}: {}", pid, why));
   // A worker still busy with the import cannot hear robot/shutdown: it is terminated instead.
-  asio::co_spawn(owner_.executor_, worker->stop("its import ahead of any session failed", !timed_out),
+  asio::co_spawn(worker->executor(), worker->stop("its import ahead of any session failed", !timed_out),
                  log_exceptions("import ahead stop " + library_.name));
   co_return false;
 }
@@ -329,11 +339,12 @@ asio::awaitable<void> LibraryPool::release(Grant& grant, std::string reason) {
   auto slot = slots_.find(worker.get());
   if (slot != slots_.end() && slot->second.imports > 0) --slot->second.imports;
   if (library_.isolation == config::Isolation::session) {
-    co_await worker->stop(std::move(reason), worker->state() != Worker::State::busy);
+    const bool polite = worker->state() != Worker::State::busy;
+    co_await run_on(worker->executor(), worker->stop(std::move(reason), polite));
     co_return;
   }
   if (slot != slots_.end() && slot->second.draining && slot->second.imports == 0)
-    co_await worker->stop("recycled after its last import ended");
+    co_await run_on(worker->executor(), worker->stop("recycled after its last import ended"));
 }
 
 void LibraryPool::drain(const std::shared_ptr<Worker>& worker, Slot& slot, std::string reason) {
@@ -342,14 +353,15 @@ void LibraryPool::drain(const std::shared_ptr<Worker>& worker, Slot& slot, std::
   log::info("worker {}[{}]: draining: {}; it takes no new imports and stops after its last one ({} left)",
             library_.name, worker->pid(), reason, slot.imports);
   if (slot.imports == 0) {
-    asio::co_spawn(owner_.executor_, worker->stop("recycled: " + reason), log_exceptions("recycle"));
+    asio::co_spawn(worker->executor(), worker->stop("recycled: " + reason), log_exceptions("recycle"));
   }
   prewarm_wake_.set();
 }
 
 void LibraryPool::keyword_done(const std::shared_ptr<Worker>& worker) {
+  if (library_.isolation != config::Isolation::shared) return;
   auto it = slots_.find(worker.get());
-  if (it == slots_.end() || library_.isolation != config::Isolation::shared) return;
+  if (it == slots_.end()) return;
   auto& slot = it->second;
   ++slot.keywords;
   if (slot.max_keywords && slot.keywords >= slot.max_keywords)
@@ -375,14 +387,15 @@ void LibraryPool::shutdown() {
   ready_.clear();
   auto workers = workers_;
   for (auto& w : workers)
-    asio::co_spawn(owner_.executor_, w->stop("the gateway is shutting down"), log_exceptions("pool shutdown"));
+    asio::co_spawn(w->executor(), w->stop("the gateway is shutting down"), log_exceptions("pool shutdown"));
 }
 
 // --- WorkerPools -----------------------------------------------------------------------------
 
 WorkerPools::WorkerPools(asio::any_io_executor executor, const config::Config& config, ChildReaper& reaper,
-                         WorkerOptions options)
-    : executor_(executor), config_(config), reaper_(reaper), options_(std::move(options)) {
+                         WorkerOptions options, std::vector<asio::any_io_executor> loops)
+    : executor_(executor), config_(config), reaper_(reaper), options_(std::move(options)), loops_(std::move(loops)) {
+  if (loops_.empty()) loops_.push_back(executor_);
   // An orphan cannot be traced to its library, so it gets the longest shutdown_grace of them all: no
   // library's descendant is killed sooner than that library's own worker would be.
   OrphanPolicy orphans;
@@ -401,6 +414,8 @@ LibraryPool& WorkerPools::pool(const config::Library& library) {
     if (&p->library() == &library) return *p;
   throw std::logic_error("no pool for library " + library.name);
 }
+
+asio::any_io_executor WorkerPools::next_loop() { return loops_[next_loop_++ % loops_.size()]; }
 
 void WorkerPools::start() {
   for (auto& p : pools_) p->start_prewarm();
@@ -434,7 +449,7 @@ bool WorkerPools::evict_idle_prewarmed(const LibraryPool* except) {
     if (!p->ready_.empty()) {
       auto w = std::move(p->ready_.back());
       p->ready_.pop_back();
-      asio::co_spawn(executor_, w->stop("making room for an import of another library"), log_exceptions("evict"));
+      asio::co_spawn(w->executor(), w->stop("making room for an import of another library"), log_exceptions("evict"));
       return true;
     }
     for (auto& w : p->workers_) {
@@ -442,7 +457,7 @@ bool WorkerPools::evict_idle_prewarmed(const LibraryPool* except) {
       if (p->library().isolation == config::Isolation::shared && slot.imports == 0 && !slot.draining &&
           w->state() == Worker::State::idle) {
         slot.draining = true;
-        asio::co_spawn(executor_, w->stop("making room for an import of another library"), log_exceptions("evict"));
+        asio::co_spawn(w->executor(), w->stop("making room for an import of another library"), log_exceptions("evict"));
         return true;
       }
     }

@@ -41,7 +41,9 @@ class LibraryPool {
   // without_arguments: the import has no arguments, so a prewarmed worker that imported the library
   // ahead of time (prewarm_import) may serve it with that instance; any other import gets the warm
   // worker without the instance (the grant's preimported answer says which instance to finalize).
-  asio::awaitable<Grant> acquire(bool without_arguments = false);
+  // home: the event loop of the importing session, where a dedicated worker started for it lives (a
+  // prewarmed one on that loop is preferred); none: the pools' own loop. Shared workers live there.
+  asio::awaitable<Grant> acquire(bool without_arguments = false, std::optional<asio::any_io_executor> home = {});
   // The import ended (finalized, failed, or its session went away). A dedicated worker is stopped;
   // a shared one stays for the next import unless it is draining.
   asio::awaitable<void> release(Grant& grant, std::string reason);
@@ -74,7 +76,7 @@ class LibraryPool {
     bool failure_counted = false;
   };
 
-  asio::awaitable<std::shared_ptr<Worker>> start_worker(bool for_prewarm);
+  asio::awaitable<std::shared_ptr<Worker>> start_worker(bool for_prewarm, asio::any_io_executor home);
   asio::awaitable<void> prewarm_loop();
   // prewarm_import: the prewarmed worker imports the library without arguments; false when that failed
   // (the worker is then being stopped, and the failure counts for the crash backoff).
@@ -103,8 +105,10 @@ class LibraryPool {
 
 class WorkerPools : public LeaseSource {
  public:
+  // executor: the loop the pools run on (every pool decision is made there); loops: every event loop
+  // of the gateway, over which prewarmed dedicated workers are spread (none: only `executor`).
   WorkerPools(asio::any_io_executor executor, const config::Config& config, ChildReaper& reaper,
-              WorkerOptions options);
+              WorkerOptions options, std::vector<asio::any_io_executor> loops = {});
 
   LibraryPool& pool(const config::Library& library);
   // LeaseSource: a lease on a worker of the library's pool.
@@ -116,6 +120,8 @@ class WorkerPools : public LeaseSource {
   // Stops every worker (politely) and waits until all are gone.
   asio::awaitable<void> shutdown();
   std::size_t live() const { return live_; }
+  // The pools' own loop: LibraryPool's members are called only there.
+  const asio::any_io_executor& executor() const { return executor_; }
 
  private:
   friend class LibraryPool;
@@ -130,10 +136,15 @@ class WorkerPools : public LeaseSource {
   asio::awaitable<void> begin_start(bool for_import);
   void end_start();
 
+  // The loop for the next prewarmed dedicated worker (round robin).
+  asio::any_io_executor next_loop();
+
   asio::any_io_executor executor_;
   const config::Config& config_;
   ChildReaper& reaper_;
   WorkerOptions options_;
+  std::vector<asio::any_io_executor> loops_;
+  std::size_t next_loop_ = 0;
   std::vector<std::unique_ptr<LibraryPool>> pools_;
   std::size_t live_ = 0;
   std::deque<std::shared_ptr<AsyncEvent>> capacity_waiters_;

@@ -2,6 +2,9 @@
 
 #include "common/log.hpp"
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+
 #include <fmt/format.h>
 
 #include <dirent.h>
@@ -126,14 +129,26 @@ ChildReaper::~ChildReaper() {
   signals_.cancel(ignored);
 }
 
-void ChildReaper::watch(pid_t pid, Callback on_exit) {
-  children_[pid] = std::move(on_exit);
+namespace {
+bool runs_here(const boost::asio::any_io_executor& executor) {
+  const auto* loop = executor.target<boost::asio::io_context::executor_type>();
+  return loop && loop->running_in_this_thread();
+}
+}  // namespace
+
+void ChildReaper::watch(pid_t pid, boost::asio::any_io_executor where, Callback on_exit) {
+  {
+    std::lock_guard lock(mutex_);
+    children_[pid] = Child{std::move(where), std::move(on_exit)};
+  }
   // The child may already have ended before we started watching it.
-  reap();
+  if (runs_here(executor_)) reap();
+  else boost::asio::post(executor_, [this] { reap(); });
 }
 
 void ChildReaper::signal_all(int sig) {
-  for (auto& [pid, callback] : children_) {
+  std::lock_guard lock(mutex_);
+  for (auto& [pid, child] : children_) {
     if (::killpg(pid, sig) != 0) ::kill(pid, sig);
   }
   for (auto& [pid, orphan] : orphans_)
@@ -151,8 +166,9 @@ void ChildReaper::arm() {
 void ChildReaper::reap() {
   // Any child, not only the watched ones: orphans reparented to the gateway are its children too, and
   // an unknown pid left unreaped would stay a zombie. SIGCHLD coalesces, so reap until none is left.
-  std::vector<std::pair<Callback, ExitStatus>> ended;
+  std::vector<std::pair<Child, ExitStatus>> ended;
   bool any = false;
+  std::unique_lock lock(mutex_);
   for (;;) {
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -185,7 +201,12 @@ void ChildReaper::reap() {
       ++it;
     }
   }
-  for (auto& [callback, status] : ended) callback(status);
+  lock.unlock();
+  // Each worker hears of its end on its own loop (at once when that is this one).
+  for (auto& [child, status] : ended) {
+    if (runs_here(child.where)) child.on_exit(status);
+    else boost::asio::post(child.where, [callback = std::move(child.on_exit), status] { callback(status); });
+  }
   // Orphans appear when a process of a worker's tree dies: look for them now, after each worker's own
   // callback has killed its group.
   if (any) scan_orphans();
@@ -202,6 +223,7 @@ void ChildReaper::signal_orphan(pid_t pid, const Orphan& orphan, int sig) {
 }
 
 void ChildReaper::scan_orphans() {
+  std::lock_guard lock(mutex_);  // children_
   std::unordered_set<pid_t> groups_seen;
   for (const auto& child : own_children()) {
     if (children_.count(child.pid)) continue;           // a worker

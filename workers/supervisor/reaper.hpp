@@ -15,6 +15,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -46,9 +47,16 @@ class ChildReaper {
   explicit ChildReaper(boost::asio::any_io_executor executor);
   ~ChildReaper();
 
-  // Calls back once, on the io_context, when pid has ended and been reaped.
-  void watch(pid_t pid, Callback on_exit);
-  std::size_t watched() const { return children_.size(); }
+  // Calls back once, on `where` (the loop of the watched worker), when pid has ended and been reaped.
+  // Callable from any loop; the reaping itself happens on the reaper's loop.
+  void watch(pid_t pid, boost::asio::any_io_executor where, Callback on_exit);
+  // Held while a child is started and watched on another loop, so the reaper cannot collect the new
+  // child before it is known as a worker (it would then be logged as an orphan, its status lost).
+  std::unique_lock<std::recursive_mutex> hold() { return std::unique_lock(mutex_); }
+  std::size_t watched() const {
+    std::lock_guard lock(mutex_);
+    return children_.size();
+  }
   // Sends sig to the process group of every child still watched (each worker leads its own group),
   // and to every orphan being ended.
   void signal_all(int sig);
@@ -73,9 +81,17 @@ class ChildReaper {
   void scan_orphans();
   void signal_orphan(pid_t pid, const Orphan& orphan, int sig);
 
+  struct Child {
+    boost::asio::any_io_executor where;
+    Callback on_exit;
+  };
+
   boost::asio::any_io_executor executor_;
   boost::asio::signal_set signals_;
-  std::unordered_map<pid_t, Callback> children_;
+  // Guards children_, the only state other loops touch (watch, signal_all, watched). The rest is the
+  // reaper's loop's own.
+  mutable std::recursive_mutex mutex_;
+  std::unordered_map<pid_t, Child> children_;
   OrphanPolicy policy_;
   std::unordered_map<pid_t, Orphan> orphans_;
   // Groups of workers that ended: the Worker killed each whole group, so a member still seen is dying

@@ -2,6 +2,7 @@
 
 #include "common/log.hpp"
 #include "common/protocol/protocol.hpp"
+#include "common/runtime/loops.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -66,6 +67,8 @@ Worker::~Worker() {
 
 asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor executor, const config::Library& library,
                                                        ChildReaper& reaper, const WorkerOptions& options) {
+  // The reaper must know the child before it can collect it (it reaps on its own loop, maybe meanwhile).
+  auto spawning = reaper.hold();
   std::optional<SpawnedProcess> process;
   try {
     process.emplace(spawn_worker(executor, library));
@@ -78,12 +81,14 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor exe
                       json::object{{"library", library.name}});
   }
 
-  auto worker = std::make_shared<Worker>(executor, library, std::move(*process), options);
+  // Deleted on its own loop, whichever loop lets go of it last (a pool on another loop, say).
+  auto worker = make_shared_on<Worker>(executor, executor, library, std::move(*process), options);
   log::info("worker {}[{}]: started: {}", library.name, worker->pid_, worker->executable_);
   std::weak_ptr<Worker> weak = worker;
-  reaper.watch(worker->pid_, [weak](ExitStatus status) {
+  reaper.watch(worker->pid_, executor, [weak](ExitStatus status) {
     if (auto w = weak.lock()) w->on_exit(status);
   });
+  spawning.unlock();
   const std::string where = fmt::format("worker {}[{}]", library.name, worker->pid_);
   asio::co_spawn(executor, [worker]() { return worker->read_stdout(); }, log_exceptions(where + " stdout"));
   asio::co_spawn(executor, [worker]() { return worker->read_stderr(); }, log_exceptions(where + " stderr"));
@@ -257,6 +262,7 @@ asio::awaitable<void> Worker::read_stdout() {
                          stop_reason_, how);
   else
     death_ = fmt::format("The worker of library '{}' (pid {}) died with {}", library_.name, pid_, how);
+  alive_.store(false, std::memory_order_release);
   fail_everything();
   stdout_done_.set();
 }
@@ -396,7 +402,7 @@ void Worker::on_exit(ExitStatus status) {
   died_busy_ = !stopping_ && state_ == State::busy;
   if (stopping_) log::info("worker {}[{}]: exited with {}", library_.name, pid_, status.describe());
   else log::warn("worker {}[{}]: exited unexpectedly with {} (state {})", library_.name, pid_, status.describe(),
-                 state_name(state_));
+                 state_name(state_.load()));
   state_ = State::exited;
   exited_.set();
   // Anything it started in its group goes with it: no orphans hold our pipes open.
@@ -479,7 +485,7 @@ void Worker::signal_group(int sig) {
 
 void Worker::set_state(State s, std::string_view why) {
   if (s == state_) return;
-  log::debug("worker {}[{}]: {} -> {} ({})", library_.name, pid_, state_name(state_), state_name(s), why);
+  log::debug("worker {}[{}]: {} -> {} ({})", library_.name, pid_, state_name(state_.load()), state_name(s), why);
   if (state_ == State::exited) return;
   state_ = s;
 }

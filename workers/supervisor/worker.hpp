@@ -15,6 +15,7 @@
 #include <boost/asio/readable_pipe.hpp>
 #include <boost/asio/writable_pipe.hpp>
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -86,15 +87,19 @@ class Worker : public std::enable_shared_from_this<Worker> {
   std::uint64_t resident_bytes() const;
 
   pid_t pid() const { return pid_; }
+  // The event loop it belongs to: every call, stop and wait is made there (see common/runtime/loops.hpp).
+  // The state queries below may be read from any loop; the rest only on this one.
+  const asio::any_io_executor& executor() const { return executor_; }
   const std::string& library() const { return library_.name; }
   // server_info.name of its robot/initialize answer ("" when absent): the reference server calls itself
   // "RobotJsonRpcRemoteServer", and it evaluates argument strings (see gateway/argument_guard.hpp).
   const std::string& server_name() const { return server_name_; }
-  State state() const { return state_; }
+  State state() const { return state_.load(std::memory_order_relaxed); }
   // Until its death has been established (stdout closed and exit status collected): a call made
   // meanwhile is failed by that same step, with the full reason.
-  bool alive() const { return death_.empty(); }
-  // Why the worker is gone, for the answers to later calls; empty while it lives.
+  bool alive() const { return alive_.load(std::memory_order_acquire); }
+  // Why the worker is gone, for the answers to later calls; empty while it lives. On another loop: only
+  // after wait_gone() completed.
   const std::string& death() const { return death_; }
   std::string stderr_tail() const;
 
@@ -143,7 +148,8 @@ class Worker : public std::enable_shared_from_this<Worker> {
   MessageStream<DuplexStream<FdStream, FdStream>> channel_;
   asio::readable_pipe stderr_;
 
-  State state_ = State::starting;
+  std::atomic<State> state_ = State::starting;
+  std::atomic<bool> alive_ = true;  // death_ is empty
   std::int64_t next_id_ = 1;
   std::shared_ptr<InFlight> in_flight_;
   asio::steady_timer deadline_timer_;
