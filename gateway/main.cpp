@@ -40,6 +40,14 @@ of its own. Logs go to stderr. SIGTERM or SIGINT: stop accepting, let requests i
 (up to [gateway] drain_timeout), end every worker, exit 0. A second signal kills the workers at once.
 )";
 
+// One event loop: an io_context run by one thread, whose services can be shut down before anything is
+// destroyed (see the end of run()).
+class EventLoop : public boost::asio::io_context {
+ public:
+  EventLoop() : io_context(1) {}
+  using boost::asio::execution_context::shutdown;
+};
+
 // [gateway] threads = 0: one event loop per core this process may run on (its CPU affinity, which a
 // container or systemd's CPUAffinity narrows), not per core of the machine.
 std::size_t loop_count(std::size_t configured) {
@@ -99,11 +107,11 @@ int run(const std::string& path) {
   // Loop 0 (this thread) accepts and runs the pools, the reaper and the drain; sessions are spread over
   // all loops. Each loop is one io_context run by one thread, so nothing of a loop needs a lock.
   const std::size_t threads = loop_count(config.gateway.threads);
-  boost::asio::io_context io(1);
-  std::vector<std::unique_ptr<boost::asio::io_context>> others;
+  EventLoop io;
+  std::vector<std::unique_ptr<EventLoop>> others;
   std::vector<boost::asio::any_io_executor> loops{io.get_executor()};
   for (std::size_t i = 1; i < threads; ++i) {
-    others.push_back(std::make_unique<boost::asio::io_context>(1));
+    others.push_back(std::make_unique<EventLoop>());
     loops.push_back(others.back()->get_executor());
   }
   std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> keep;
@@ -146,15 +154,13 @@ int run(const std::string& path) {
   };
   signals.async_wait(on_signal);
   io.run();
-  // The other loops stop with loop 0. What they still had posted (an object let go of on loop 0 at the
-  // very end, to be deleted on its own loop) runs now, on this thread, while their reactors still work.
+  // The other loops stop with loop 0. Then, with no loop running, every loop is shut down before
+  // anything is destroyed: what their pending handlers and coroutines still hold (a session, a worker,
+  // a call parked on another loop) goes now, while every loop's reactor and the server still exist.
   for (auto& loop : others) loop->stop();
   for (auto& runner : runners) runner.join();
-  for (auto& loop : others) {
-    loop->restart();
-    while (loop->poll() > 0) {
-    }
-  }
+  for (auto& loop : others) loop->shutdown();
+  io.shutdown();
   if (received > 1) return 1;
   if (auto left = server.workers_left(); left > 0) {
     rjg::log::warn("{} workers still running at exit; killing them", left);

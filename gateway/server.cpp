@@ -176,6 +176,10 @@ void Server::refuse(tcp::socket socket, std::string client, std::string message)
       log_exceptions("refuse"));
 }
 
+asio::awaitable<void> Server::closed(std::weak_ptr<Connection> connection) {
+  if (auto s = connection.lock()) co_await s->wait_closed();
+}
+
 asio::awaitable<void> Server::shutdown() {
   stopping_ = true;
   context_.begin_drain();
@@ -185,20 +189,30 @@ asio::awaitable<void> Server::shutdown() {
   }
   log::info("shutting down: no new connections; waiting up to {}s for {} requests in flight",
             context_.config.gateway.drain_timeout.count() / 1000.0, context_.requests_in_flight.load());
-  if (!co_await context_.idle.wait_for(context_.config.gateway.drain_timeout))
-    log::warn("shutting down: {} requests still in flight after the drain timeout; ending them",
-              context_.requests_in_flight.load());
+  // `idle` says the count reached zero; a request that began since (a finalize, which draining does not
+  // refuse) is waited for as well.
+  const auto deadline = AsyncEvent::clock::now() + context_.config.gateway.drain_timeout;
+  while (context_.requests_in_flight > 0) {
+    if (!co_await context_.idle.wait_until(deadline)) {
+      log::warn("shutting down: {} requests still in flight after the drain timeout; ending them",
+                context_.requests_in_flight.load());
+      break;
+    }
+    context_.idle.reset();
+  }
 
-  // Each session is closed and awaited on its own loop, and let go there.
-  std::vector<std::pair<asio::any_io_executor, std::shared_ptr<Connection>>> live;
-  for (auto& [number, session] : sessions_)
-    if (auto s = session.connection.lock()) live.emplace_back(session.loop, std::move(s));
-  for (auto& [loop, s] : live) asio::post(loop, [s] { s->close("the gateway is shutting down"); });
+  // Each session is closed and awaited on its own loop. Only weak references are held here: a session
+  // is always let go of on its own loop, even if this coroutine never resumes (a second signal).
+  std::vector<Live> live;
+  for (auto& [number, session] : sessions_) live.push_back(session);
+  for (auto& session : live)
+    asio::post(session.loop, [weak = session.connection] {
+      if (auto s = weak.lock()) s->close("the gateway is shutting down");
+    });
   // Ends every worker (prewarmed, shared, and those of the sessions just closed): calls still
   // running fail at once, so no session waits for a keyword that will never end.
   co_await context_.pools.shutdown();
-  for (auto& [loop, s] : live) co_await run_on(loop, s->wait_closed());
-  for (auto& [loop, s] : live) release_on(loop, std::move(s));
+  for (auto& session : live) co_await run_on(session.loop, closed(session.connection));
   log::info("shutdown complete");
 }
 

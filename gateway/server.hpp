@@ -36,6 +36,8 @@ class Server {
  private:
   asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::string address);
   bool allowed(const asio::ip::address& address) const;
+  // On the session's loop: completes once it is closed (at once if it is gone).
+  static asio::awaitable<void> closed(std::weak_ptr<Connection> connection);
   // Answers a connection over a limit with a JSON-RPC error naming the limit, then closes it.
   void refuse(tcp::socket socket, std::string client, std::string message);
 

@@ -55,8 +55,8 @@ template <typename T, typename... Args>
 std::shared_ptr<T> make_shared_on(asio::any_io_executor executor, Args&&... args) {
   return std::shared_ptr<T>(new T(std::forward<Args>(args)...), [executor](T* object) {
     std::unique_ptr<T> owned(object);
-    // Here and now on its own loop, or once that loop has stopped for good (the gateway is exiting and
-    // no thread runs it any more).
+    // Here and now on its own loop, or once that loop has stopped (the gateway is exiting: no thread
+    // runs it any more, and a handler posted to it would only be destroyed with it).
     const auto* loop = executor.target<asio::io_context::executor_type>();
     if (loop && (loop->running_in_this_thread() || loop->context().stopped())) return;
     asio::post(executor, [owned = std::move(owned)]() mutable { owned.reset(); });

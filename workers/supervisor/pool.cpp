@@ -76,6 +76,18 @@ class AheadImportLog final : public CallObserver {
   std::string library_;
   pid_t pid_;
 };
+// How a worker ended, read on the worker's own loop once its death is established (a stop() that
+// reaches the worker later changes nothing here).
+struct Ending {
+  bool on_purpose = false;
+  bool died_busy = false;
+  std::string death;
+};
+
+asio::awaitable<Ending> ending_of(std::shared_ptr<Worker> worker) {
+  co_await worker->wait_gone();
+  co_return Ending{worker->stopped_on_purpose(), worker->died_busy(), worker->death()};
+}
 }  // namespace
 
 // --- LibraryPool -----------------------------------------------------------------------------
@@ -238,7 +250,7 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
 }
 
 asio::awaitable<void> LibraryPool::watch(std::shared_ptr<Worker> worker) {
-  co_await run_on(worker->executor(), worker->wait_gone());
+  const Ending ending = co_await run_on(worker->executor(), ending_of(worker));
   auto slot = slots_.find(worker.get());
   auto uptime = slot != slots_.end() ? clock::now() - slot->second.born : clock::duration{};
   const bool counted = slot != slots_.end() && slot->second.failure_counted;
@@ -248,13 +260,13 @@ asio::awaitable<void> LibraryPool::watch(std::shared_ptr<Worker> worker) {
   --owner_.live_;
   if (counted) {
     // Already counted as a failed start (its import ahead of time failed).
-  } else if (worker->stopped_on_purpose()) {
+  } else if (ending.on_purpose) {
     failures_ = 0;
-  } else if (!worker->died_busy()) {
+  } else if (!ending.died_busy) {
     // Deaths while idle or starting are what crash loops are made of; a keyword that kills its own
     // worker is the caller's business and does not slow down other imports.
-    if (uptime < kHealthyUptime) record_failure(worker->death());
-    else failures_ = 1, last_failure_ = worker->death();
+    if (uptime < kHealthyUptime) record_failure(ending.death);
+    else failures_ = 1, last_failure_ = ending.death;
   }
   log::debug("library {}: worker pid {} gone ({} live)", library_.name, worker->pid(), workers_.size());
   owner_.capacity_changed();

@@ -4,6 +4,7 @@
 #include <boost/optional.hpp>
 #include <boost/type_traits.hpp>
 
+#include <boost/asio/io_context.hpp>
 #include <boost/process/v2/process.hpp>
 #include <boost/process/v2/stdio.hpp>
 
@@ -21,6 +22,7 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <system_error>
 #include <vector>
 
@@ -227,9 +229,17 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
   if (library.cwd) setup.cwd = library.cwd->c_str();
   setup.limits = library.rlimits;
 
+  // The launcher tells the context of the executor it is given about the fork, in the child too, and
+  // that takes the context's locks there. The loops' own contexts are touched by other threads (an
+  // accept on loop 0 for another loop registers the connection with that loop's reactor): a child that
+  // forked while such a lock was held would wait for it for ever. So the launcher gets a context of its
+  // own, used by one start at a time and by nothing else; the pipes are the loop's.
+  static boost::asio::io_context fork_context(1);
+  static std::mutex fork_mutex;
+  std::lock_guard forking(fork_mutex);
   bp::posix::default_launcher launcher;
   bp::error_code ec;
-  auto process = launcher(executor, ec, bp::filesystem::path(*executable), args,
+  auto process = launcher(fork_context.get_executor(), ec, bp::filesystem::path(*executable), args,
                           bp::process_stdio{child.stdin_pipe, child.stdout_pipe, child.stderr_pipe}, setup);
   if (ec) {
     // The launcher's child ended before exec; collect it so it does not linger as a zombie.
