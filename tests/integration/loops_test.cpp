@@ -52,10 +52,10 @@ TEST_F(LoopsTest, EveryLoopBeyondTheFirstIsAThreadOfItsOwn) {
   }
 }
 
-// Two sessions on two loops, each with its dedicated worker, keywords alternating between them. A worker
-// living on another loop than its session would cost every keyword two wakeups of the other thread (a
-// write to its eventfd and an epoll_wait there) and two more writes: the relay stays at one read and
-// one write per message per hop, as on a single loop.
+// Two sessions on two loops, each with its dedicated worker, keywords alternating between them. The
+// relay stays at one read and one write per message per hop, as on a single loop. A worker living on
+// another loop than its session (tried by starting every worker on loop 0) costs 9.5 calls per keyword
+// instead: the threads wake each other (futex, epoll_ctl on the loop's interrupter, epoll_wait).
 TEST_F(LoopsTest, ARelayOnAnyLoopStaysOnItsOwnThread) {
   start_with_threads(2);
   auto [a, token_a] = session();
@@ -83,9 +83,15 @@ TEST_F(LoopsTest, ARelayOnAnyLoopStaysOnItsOwnThread) {
                          static_cast<double>(entry.calls) / kKeywords);
   const double per_keyword = static_cast<double>(counts.total) / kKeywords;
   EXPECT_LE(per_keyword, 7.0) << table;
-  const auto writes = counts.by_name.contains("write") ? counts.by_name.at("write").calls : 0;
+  // Every write of the gateway: the relay's (writev to the worker, sendmsg to the client) and the
+  // eventfd writes that wake another loop, which a relay crossing threads would add.
+  std::uint64_t writes = 0;
+  for (const char* call : {"write", "writev", "sendmsg", "sendto"})
+    if (counts.by_name.contains(call)) writes += counts.by_name.at(call).calls;
   EXPECT_LE(writes, 2u * kKeywords + kKeywords / 100) << "more than one write per message per hop:\n" << table;
-  EXPECT_FALSE(counts.by_name.contains("futex")) << "threads waited for each other:\n" << table;
+  // Threads that wait for each other would futex at every keyword (the sanitizers' allocators do a few).
+  const auto futex = counts.by_name.contains("futex") ? counts.by_name.at("futex").calls : 0;
+  EXPECT_LE(futex, static_cast<std::uint64_t>(kKeywords / 100)) << "threads waited for each other:\n" << table;
   std::cout << fmt::format("[ syscalls ] {:.2f} per relayed keyword, two sessions on two loops\n{}", per_keyword,
                            table);
 }
