@@ -3,6 +3,7 @@
 #include "common/log.hpp"
 #include "config/config.hpp"
 #include "gateway/server.hpp"
+#include "gateway/systemd.hpp"
 #include "workers/supervisor/spawn.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -104,6 +105,9 @@ int run(const std::string& path) {
                    "can outlive the worker",
                    std::strerror(errno));
 
+  // Before any thread or child exists: the variables are taken out of the environment.
+  auto notifier = rjg::gateway::SystemdNotifier::from_environment();
+
   // Loop 0 (this thread) accepts and runs the pools, the reaper and the drain; sessions are spread over
   // all loops. Each loop is one io_context run by one thread, so nothing of a loop needs a lock.
   const std::size_t threads = loop_count(config.gateway.threads);
@@ -133,6 +137,9 @@ int run(const std::string& path) {
     });
   }
   server.start();
+  // Every listener is bound and prewarming has begun: systemd may start what depends on the gateway.
+  rjg::gateway::ServiceNotifications notifications(std::move(notifier), loops, [&server] { return server.status_text(); });
+  notifications.ready();
 
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
   int received = 0;
@@ -141,7 +148,7 @@ int run(const std::string& path) {
     if (ec) return;
     if (++received == 1) {
       rjg::log::info("received {}: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-      boost::asio::co_spawn(io, server.shutdown(), [&](std::exception_ptr e) {
+      boost::asio::co_spawn(io, server.shutdown([&] { notifications.stopping(); }), [&](std::exception_ptr e) {
         rjg::log_exceptions("shutdown")(e);
         signals.cancel();
         io.stop();

@@ -180,13 +180,14 @@ asio::awaitable<void> Server::closed(std::weak_ptr<Connection> connection) {
   if (auto s = connection.lock()) co_await s->wait_closed();
 }
 
-asio::awaitable<void> Server::shutdown() {
+asio::awaitable<void> Server::shutdown(std::function<void()> drain_begun) {
   stopping_ = true;
   context_.begin_drain();
   for (auto& acceptor : acceptors_) {
     boost::system::error_code ignored;
     acceptor->close(ignored);
   }
+  if (drain_begun) drain_begun();
   log::info("shutting down: no new connections; waiting up to {}s for {} requests in flight",
             context_.config.gateway.drain_timeout.count() / 1000.0, context_.requests_in_flight.load());
   // `idle` says the count reached zero; a request that began since (a finalize, which draining does not
@@ -222,5 +223,14 @@ void Server::force_stop() {
 }
 
 std::size_t Server::workers_left() const { return context_.reaper.watched(); }
+
+std::string Server::status_text() const {
+  std::string text = fmt::format("{} session{}, {} worker{}, {} import{} waiting", sessions_.size(),
+                                 sessions_.size() == 1 ? "" : "s", context_.pools.live(),
+                                 context_.pools.live() == 1 ? "" : "s", context_.pools.waiting(),
+                                 context_.pools.waiting() == 1 ? "" : "s");
+  if (context_.draining) text = fmt::format("draining: {} requests in flight; ", context_.requests_in_flight.load()) + text;
+  return text;
+}
 
 }  // namespace rjg::gateway

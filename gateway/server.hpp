@@ -8,6 +8,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -28,10 +29,14 @@ class Server {
   void start();
   // Stops accepting, lets requests in flight finish (up to drain_timeout), closes every session
   // (which ends its workers), and returns once all of that is done.
-  asio::awaitable<void> shutdown();
+  // drain_begun: called once no new connection is accepted and the drain has begun (systemd's STOPPING=1).
+  asio::awaitable<void> shutdown(std::function<void()> drain_begun = {});
   // Second signal: no more waiting.
   void force_stop();
   std::size_t workers_left() const;
+  // On loop 0: "3 sessions, 5 workers, 0 imports waiting" (and, once draining, the requests in flight),
+  // for systemd's STATUS=.
+  std::string status_text() const;
 
  private:
   asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::string address);

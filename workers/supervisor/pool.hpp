@@ -120,6 +120,8 @@ class WorkerPools : public LeaseSource {
   // Stops every worker (politely) and waits until all are gone.
   asio::awaitable<void> shutdown();
   std::size_t live() const { return live_; }
+  // Imports waiting for capacity (a worker cap), all libraries together.
+  std::size_t waiting() const { return capacity_waiters_.size(); }
   // The pools' own loop: LibraryPool's members are called only there.
   const asio::any_io_executor& executor() const { return executor_; }
 

@@ -1,0 +1,85 @@
+// systemd's service notifications (sd_notify(3)) without libsystemd: one datagram per state change
+// to the AF_UNIX socket named by NOTIFY_SOCKET ("@name": an abstract socket). READY=1 once the
+// gateway serves, STATUS= refreshed while it runs, STOPPING=1 when a drain begins, and WATCHDOG=1
+// every WATCHDOG_USEC/2 while every event loop answers.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rjg::gateway {
+
+namespace asio = boost::asio;
+
+class SystemdNotifier {
+ public:
+  // Takes NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID from the environment and removes them, so no
+  // process started later sees them. Inactive (every call does nothing) without NOTIFY_SOCKET.
+  static SystemdNotifier from_environment();
+
+  SystemdNotifier() = default;
+  SystemdNotifier(SystemdNotifier&& other) noexcept;
+  SystemdNotifier& operator=(SystemdNotifier&& other) noexcept;
+  SystemdNotifier(const SystemdNotifier&) = delete;
+  SystemdNotifier& operator=(const SystemdNotifier&) = delete;
+  ~SystemdNotifier();
+
+  bool active() const { return fd_ >= 0; }
+  // Sends one notification ("READY=1\nSTATUS=..."); a failure is logged once, never fatal.
+  void send(std::string_view state);
+  // How often systemd wants WATCHDOG=1 (half its WATCHDOG_USEC); none when it does not.
+  std::optional<std::chrono::microseconds> watchdog_every() const { return watchdog_every_; }
+
+ private:
+  int fd_ = -1;
+  sockaddr_un address_{};
+  socklen_t address_size_ = 0;
+  std::string where_;  // NOTIFY_SOCKET as given, for the log
+  bool failed_ = false;
+  std::optional<std::chrono::microseconds> watchdog_every_;
+};
+
+// The notifications over the gateway's life, on loop 0: STATUS= refreshed every few seconds when it
+// changed, and the watchdog, which pings only while every loop has run a posted handler since the
+// previous ping (a loop stuck in a handler stops the pings, and systemd restarts the service).
+class ServiceNotifications {
+ public:
+  using Status = std::function<std::string()>;
+
+  // loops: every event loop, loop 0 (the one running this) first.
+  ServiceNotifications(SystemdNotifier notifier, std::vector<asio::any_io_executor> loops, Status status);
+
+  // Every listener is bound and prewarming has begun.
+  void ready();
+  // The drain begins.
+  void stopping();
+
+ private:
+  void refresh_status();
+  void watchdog_tick();
+
+  SystemdNotifier notifier_;
+  std::vector<asio::any_io_executor> loops_;
+  Status status_;
+  std::string last_status_;
+  bool stopping_ = false;
+  asio::steady_timer status_timer_;
+  asio::steady_timer watchdog_timer_;
+  // Per loop: the last watchdog round it answered.
+  std::unique_ptr<std::atomic<std::uint64_t>[]> answered_;
+  std::uint64_t round_ = 0;
+};
+
+}  // namespace rjg::gateway

@@ -1,0 +1,154 @@
+// systemd's service notifications, end to end: the test owns the datagram socket that NOTIFY_SOCKET
+// names (as systemd would) and reads what the real gateway sends: READY=1 once it serves, STATUS=
+// as sessions come and go, STOPPING=1 when SIGTERM begins the drain, WATCHDOG=1 while every event loop
+// answers. Nothing is timed: each wait is a bound for a broken gateway, and the watchdog test counts.
+#include "tests/integration/gateway_test.hpp"
+
+#include <fmt/format.h>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+#include <random>
+
+namespace rjg::test {
+namespace {
+
+// A datagram socket bound to a path in a temporary directory, or to an abstract name ("@...").
+class NotifySocket {
+ public:
+  explicit NotifySocket(std::string name) : name_(std::move(name)) {
+    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) throw std::runtime_error("socket: " + std::string(std::strerror(errno)));
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::memcpy(address.sun_path, name_.data(), name_.size());
+    if (name_[0] == '@') address.sun_path[0] = '\0';
+    const auto size = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name_.size());
+    if (::bind(fd_, reinterpret_cast<const sockaddr*>(&address), size) != 0)
+      throw std::runtime_error("bind " + name_ + ": " + std::strerror(errno));
+  }
+  ~NotifySocket() {
+    ::close(fd_);
+    if (name_[0] == '/') ::unlink(name_.c_str());
+  }
+  const std::string& name() const { return name_; }
+
+  // The next datagram, or nothing within `timeout`.
+  std::optional<std::string> next(std::chrono::milliseconds timeout) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return std::nullopt;
+    char buffer[4096];
+    const auto n = ::recv(fd_, buffer, sizeof buffer, 0);
+    if (n < 0) return std::nullopt;
+    return std::string(buffer, static_cast<std::size_t>(n));
+  }
+
+  // Datagrams until one starts with `prefix` (returned), skipping others into `skipped`; bounded.
+  std::optional<std::string> until(std::string_view prefix, std::vector<std::string>* skipped = nullptr,
+                                   std::chrono::milliseconds bound = 20s) {
+    const auto deadline = Clock::now() + bound;
+    while (Clock::now() < deadline) {
+      auto m = next(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+      if (!m) return std::nullopt;
+      if (m->starts_with(prefix)) return m;
+      if (skipped) skipped->push_back(std::move(*m));
+    }
+    return std::nullopt;
+  }
+
+ private:
+  std::string name_;
+  int fd_ = -1;
+};
+
+class SystemdTest : public GatewayTest {
+ protected:
+  void start_notifying(const std::string& socket, std::map<std::string, std::string> env = {},
+                       std::string gateway_toml = "") {
+    GatewayOptions options;
+    options.log_level = "info";
+    options.env = std::move(env);
+    options.env["NOTIFY_SOCKET"] = socket;
+    options.extra_gateway_toml = std::move(gateway_toml);
+    start(default_libraries(), options);
+  }
+
+  TempDir dir_{"rjg-notify"};
+};
+
+TEST_F(SystemdTest, ReadyOnceServingStatusAsSessionsComeAndStoppingWhenTheDrainBegins) {
+  NotifySocket socket((dir_.path() / "notify").string());
+  start_notifying(socket.name());
+
+  // The first notification: ready, with a status line. It is sent after every listener is bound (the
+  // log says so in this order: one thread writes both lines).
+  auto first = socket.next(20s);
+  ASSERT_TRUE(first) << "no notification at all";
+  EXPECT_EQ(*first, "READY=1\nSTATUS=0 sessions, 0 workers, 0 imports waiting");
+  const auto log = gateway().log();
+  const auto listening = log.find("listening on tcp://");
+  const auto ready = log.find("systemd: told the service manager the gateway is ready");
+  ASSERT_NE(ready, std::string::npos) << log;
+  EXPECT_LT(listening, ready) << log;
+
+  // A session with an import shows in the next status.
+  auto [client, token] = session();
+  auto status = socket.until("STATUS=1 session, 1 worker");
+  ASSERT_TRUE(status) << "no STATUS= with the session and its worker";
+  EXPECT_EQ(*status, "STATUS=1 session, 1 worker, 0 imports waiting");
+
+  // SIGTERM: STOPPING=1 at the start of the drain, while the session is still there.
+  gateway().signal(SIGTERM);
+  auto stopping = socket.until("STOPPING=1");
+  ASSERT_TRUE(stopping) << "no STOPPING=1 after SIGTERM";
+  EXPECT_EQ(*stopping, "STOPPING=1\nSTATUS=draining: 0 requests in flight; 1 session, 1 worker, 0 imports waiting");
+  EXPECT_TRUE(gateway().wait(30s).has_value()) << "the gateway did not exit after SIGTERM";
+}
+
+TEST_F(SystemdTest, AnAbstractSocketIsNamedWithAnAt) {
+  std::random_device random;
+  NotifySocket socket(fmt::format("@rjg-test-notify-{}-{}", ::getpid(), random()));
+  start_notifying(socket.name());
+  auto first = socket.next(20s);
+  ASSERT_TRUE(first);
+  EXPECT_TRUE(first->starts_with("READY=1\n")) << *first;
+}
+
+// WATCHDOG_USEC = 100 ms: a ping every 50 ms, each once every loop (four here) ran a handler since the
+// previous one. Counted, not timed: ten pings arrive (within a bound meant for a broken gateway).
+TEST_F(SystemdTest, WatchdogPingsWhileEveryLoopAnswers) {
+  NotifySocket socket((dir_.path() / "notify").string());
+  start_notifying(socket.name(), {{"WATCHDOG_USEC", "100000"}}, "threads = 4\n");
+  ASSERT_TRUE(socket.until("READY=1"));
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(socket.until("WATCHDOG=1")) << "ping " << i << " never came";
+  EXPECT_TRUE(contains(gateway().log(), "watchdog pings every 50 ms")) << gateway().log();
+  EXPECT_FALSE(contains(gateway().log(), "did not answer")) << gateway().log();
+}
+
+// WATCHDOG_PID names another process (a wrapper that pings itself): the gateway does not ping.
+TEST_F(SystemdTest, NoWatchdogPingsForAnotherProcess) {
+  NotifySocket socket((dir_.path() / "notify").string());
+  start_notifying(socket.name(), {{"WATCHDOG_USEC", "100000"}, {"WATCHDOG_PID", "1"}});
+  ASSERT_TRUE(socket.until("READY=1"));
+  EXPECT_TRUE(log_eventually("told the service manager the gateway is ready"));
+  EXPECT_FALSE(contains(gateway().log(), "watchdog pings")) << gateway().log();
+}
+
+// A NOTIFY_SOCKET that is neither a path nor an abstract name is said in the log, and the gateway
+// serves as without systemd.
+TEST_F(SystemdTest, AnUnusableNotifySocketIsLoggedAndIgnored) {
+  start_notifying("relative/notify");
+  EXPECT_TRUE(contains(gateway().log(), "systemd: NOTIFY_SOCKET 'relative/notify' is neither an absolute path"))
+      << gateway().log();
+  auto [client, token] = session();
+  auto echo = client.run_keyword(token, "Echo", json::array{"served"});
+  RJG_ASSERT_KEYWORD_OK(echo);
+}
+
+}  // namespace
+}  // namespace rjg::test
