@@ -40,15 +40,6 @@ inline asio::awaitable<void> run_on(asio::any_io_executor executor, asio::awaita
   co_return;
 }
 
-// Drops a reference on the object's own loop, so that if it is the last one, the object (its
-// descriptors and timers) is destroyed there. If the loop never runs the handler again (the gateway
-// is exiting), the reference goes when the loop is destroyed, with no loop running.
-template <typename T>
-void release_on(const asio::any_io_executor& executor, std::shared_ptr<T> object) {
-  if (!object) return;
-  asio::post(executor, [object = std::move(object)]() mutable { object.reset(); });
-}
-
 // Makes a shared object whose deletion happens on `executor`'s loop, whichever thread drops the last
 // reference: for objects that own descriptors or timers of that loop and are shared across loops.
 template <typename T, typename... Args>
