@@ -345,8 +345,9 @@ const std::vector<Key<Gateway>>& gateway_keys() {
       choice("log_level", &Gateway::log_level, kLogLevels, "a log level",
              "Least severe messages logged, to stderr.", /*hints=*/false),
       duration("drain_timeout", &Gateway::drain_timeout, {},
-               "On SIGTERM the gateway stops accepting connections, and lets keywords in flight finish for this long "
-               "before it stops their workers."),
+               "On SIGTERM the gateway stops accepting connections; the sessions already open go on working (imports "
+               "and keywords) until they end or this long has passed. Then it closes those left, stops their workers "
+               "and answers what still runs with an error."),
       integer("max_message_bytes", &Gateway::max_message_bytes,
               {.min = 1,
                .max = 1024 * kMiB,

@@ -283,10 +283,6 @@ void ClientSession::on_initialized(const Message&) {}
 
 void ClientSession::on_import_library(const Message& request, params::ImportLibrary params) {
   Reply reply(shared_from_this(), request);
-  if (context_.draining) {
-    reply.error(protocol::kShuttingDown, "The gateway is shutting down and accepts no new imports; retry shortly.");
-    return;
-  }
   const config::Library* library = context_.router.resolve(params.name);
   if (!library) {
     json::array available;
@@ -408,10 +404,6 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
 
 void ClientSession::on_run_keyword(const Message& request, params::RunKeyword params) {
   Reply reply(shared_from_this(), request);
-  if (context_.draining) {
-    reply.error(protocol::kShuttingDown, "The gateway is shutting down and accepts no new keywords.");
-    return;
-  }
   const Import* import = tokens_.find(params.library_token);
   if (!import) {
     reply.error(protocol::kUnknownToken,
@@ -511,9 +503,10 @@ void ClientSession::on_exit(const Message&) {
   if (auto c = connection_.lock()) c->close("the client sent robot/exit");
 }
 
-asio::awaitable<void> ClientSession::end_import(std::shared_ptr<workers::Lease> lease, std::string finalize_params) {
+asio::awaitable<void> ClientSession::end_import(std::shared_ptr<workers::Lease> lease, std::string finalize_params,
+                                               std::string why) {
   // The lease is held here: the import it belonged to is gone.
-  co_await lease->end(std::move(finalize_params), "its session closed");
+  co_await lease->end(std::move(finalize_params), "its session closed: " + why);
 }
 
 asio::awaitable<void> ClientSession::end(std::string why) {
@@ -522,7 +515,7 @@ asio::awaitable<void> ClientSession::end(std::string why) {
   // workers are stopped, which fails their calls in flight; shared ones finalize the instance.
   for (auto& import : tokens_.take_all()) {
     auto what = "end import of " + import.library;
-    spawn(end_import(import.lease, finalize_params(import)), std::move(what));
+    spawn(end_import(import.lease, finalize_params(import), why), std::move(what));
   }
   // Imports still starting end their own worker when they see the session ending. Each of these tasks
   // is bounded by its own timeouts, except a keyword still running on a shared worker.

@@ -89,7 +89,8 @@ class ClientSession : public ServerMethods,
   asio::awaitable<void> import_library(Reply reply, params::ImportLibrary params, const config::Library& library);
   asio::awaitable<void> run_keyword(Reply reply, std::string worker_params, std::string keyword, Import import);
   asio::awaitable<void> finalize_library(Reply reply, Import import);
-  static asio::awaitable<void> end_import(std::shared_ptr<workers::Lease> lease, std::string finalize_params);
+  static asio::awaitable<void> end_import(std::shared_ptr<workers::Lease> lease, std::string finalize_params,
+                                          std::string why);
 
   GatewayContext& context_;
   workers::LeaseSource& leases_;

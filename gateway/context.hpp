@@ -4,14 +4,11 @@
 // reached through a hop to the pools' loop (pools: see WorkerPools::acquire).
 #pragma once
 
-#include "common/runtime/async_event.hpp"
 #include "config/config.hpp"
 #include "gateway/router.hpp"
 #include "workers/supervisor/pool.hpp"
 #include "workers/supervisor/reaper.hpp"
 #include "workers/supervisor/worker.hpp"
-
-#include <boost/asio/dispatch.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -30,9 +27,7 @@ struct GatewayContext {
                  std::vector<asio::any_io_executor> loops = {})
       : executor(executor), config(config), offload(offload), router(config), reaper(executor),
         version(std::move(version)), worker_options(make_worker_options(config, this->version, offload)),
-        pools(executor, config, reaper, worker_options, std::move(loops)), idle(executor) {
-    idle.set();
-  }
+        pools(executor, config, reaper, worker_options, std::move(loops)) {}
 
   static workers::WorkerOptions make_worker_options(const config::Config& config, const std::string& version,
                                                     std::optional<asio::any_io_executor> offload) {
@@ -53,26 +48,14 @@ struct GatewayContext {
   workers::WorkerOptions worker_options;
   workers::WorkerPools pools;
 
-  // Requests being answered right now, across all sessions and loops. While draining, `idle` (loop 0's)
-  // is set once there are none. Counted without a lock; loop 0 hears of zero only while draining.
+  // Requests being answered right now, across all sessions and loops (for STATUS= and the metrics).
   std::atomic<std::size_t> requests_in_flight = 0;
-  AsyncEvent idle;
-  std::atomic<bool> draining = false;  // SIGTERM received: no new imports or keywords
+  // SIGTERM received: no new connections, and the gateway is not ready (/readyz). Sessions already
+  // open go on working (imports and keywords) until they end or drain_timeout passes.
+  std::atomic<bool> draining = false;
 
   void request_started() { ++requests_in_flight; }
-  void request_finished() {
-    // Both atomics are sequentially consistent: either this sees draining, or begin_drain() sees zero.
-    if (--requests_in_flight == 0 && draining)
-      asio::dispatch(executor, [this] {
-        if (requests_in_flight == 0) idle.set();
-      });
-  }
-  // On loop 0: no new imports or keywords from now on; `idle` is set once none is in flight.
-  void begin_drain() {
-    idle.reset();
-    draining = true;
-    if (requests_in_flight == 0) idle.set();
-  }
+  void request_finished() { --requests_in_flight; }
 };
 
 }  // namespace rjg::gateway

@@ -37,8 +37,9 @@ constexpr const char* kUsage = R"(usage: robot-jsonrpc-gateway --config FILE
        robot-jsonrpc-gateway --version
 
 Serves Robot Framework JsonRpcRemote clients and runs every imported library in a worker process
-of its own. Logs go to stderr. SIGTERM or SIGINT: stop accepting, let requests in flight finish
-(up to [gateway] drain_timeout), end every worker, exit 0. A second signal kills the workers at once.
+of its own. Logs go to stderr. SIGTERM or SIGINT: stop accepting; the sessions already open go on
+working until they end or [gateway] drain_timeout passes; then end every worker and exit 0. A second
+signal kills the workers at once.
 )";
 
 // One event loop: an io_context run by one thread, whose services can be shut down before anything is

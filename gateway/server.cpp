@@ -33,7 +33,8 @@ Server::Server(asio::io_context& io, const config::Config& config, std::string v
                std::vector<asio::any_io_executor> loops)
     : io_(io),
       loops_(or_only(io, std::move(loops))),
-      context_(io.get_executor(), config, std::move(version), offload_.get_executor(), loops_) {}
+      context_(io.get_executor(), config, std::move(version), offload_.get_executor(), loops_),
+      sessions_gone_(io.get_executor()) {}
 
 void Server::listen() {
   tcp::resolver resolver(io_);
@@ -136,6 +137,7 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor, std::string a
           log_exceptions("session tracker")(e);
           sessions_.erase(number);
           if (auto it = per_client_.find(client); it != per_client_.end() && --it->second == 0) per_client_.erase(it);
+          if (sessions_.empty()) sessions_gone_.set();
         }));
   }
 }
@@ -182,38 +184,42 @@ asio::awaitable<void> Server::closed(std::weak_ptr<Connection> connection) {
 
 asio::awaitable<void> Server::shutdown(std::function<void()> drain_begun) {
   stopping_ = true;
-  context_.begin_drain();
+  context_.draining = true;
   for (auto& acceptor : acceptors_) {
     boost::system::error_code ignored;
     acceptor->close(ignored);
   }
   if (drain_begun) drain_begun();
-  log::info("shutting down: no new connections; waiting up to {}s for {} requests in flight",
-            context_.config.gateway.drain_timeout.count() / 1000.0, context_.requests_in_flight.load());
-  // `idle` says the count reached zero; a request that began since (a finalize, which draining does not
-  // refuse) is waited for as well.
-  const auto deadline = AsyncEvent::clock::now() + context_.config.gateway.drain_timeout;
-  while (context_.requests_in_flight > 0) {
-    if (!co_await context_.idle.wait_until(deadline)) {
-      log::warn("shutting down: {} requests still in flight after the drain timeout; ending them",
-                context_.requests_in_flight.load());
-      break;
-    }
-    context_.idle.reset();
+  // The sessions already open go on working, imports and keywords alike, so that no suite is cut at its
+  // next keyword; a load balancer has stopped sending new ones (/readyz). They end by themselves, or
+  // are closed when drain_timeout passes.
+  const auto drain = context_.config.gateway.drain_timeout;
+  log::info("draining: no new connections; {} sessions ({} requests in flight) may go on for up to {}s",
+            sessions_.size(), context_.requests_in_flight.load(), drain.count() / 1000.0);
+  const auto deadline = AsyncEvent::clock::now() + drain;
+  while (!sessions_.empty()) {
+    sessions_gone_.reset();
+    if (!co_await sessions_gone_.wait_until(deadline)) break;
+  }
+  std::string why;
+  if (!sessions_.empty()) {
+    why = fmt::format("the gateway is shutting down and its drain_timeout ({}s) has passed", drain.count() / 1000.0);
+    log::warn("draining: {} sessions still open ({} requests in flight) after drain_timeout; closing them",
+              sessions_.size(), context_.requests_in_flight.load());
   }
 
   // Each session is closed and awaited on its own loop. Only weak references are held here: a session
   // is always let go of on its own loop, even if this coroutine never resumes (a second signal).
+  // Closing a session stops its workers, and what still runs there is answered with an error naming why.
   std::vector<Live> live;
   for (auto& [number, session] : sessions_) live.push_back(session);
   for (auto& session : live)
-    asio::post(session.loop, [weak = session.connection] {
-      if (auto s = weak.lock()) s->close("the gateway is shutting down");
+    asio::post(session.loop, [weak = session.connection, why] {
+      if (auto s = weak.lock()) s->close(why);
     });
-  // Ends every worker (prewarmed, shared, and those of the sessions just closed): calls still
-  // running fail at once, so no session waits for a keyword that will never end.
-  co_await context_.pools.shutdown();
   for (auto& session : live) co_await run_on(session.loop, closed(session.connection));
+  // Ends every worker left: prewarmed and shared ones.
+  co_await context_.pools.shutdown();
   log::info("shutdown complete");
 }
 

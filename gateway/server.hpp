@@ -1,6 +1,7 @@
 // Listeners and the set of live sessions; orderly shutdown on SIGTERM/SIGINT.
 #pragma once
 
+#include "common/runtime/async_event.hpp"
 #include "gateway/context.hpp"
 #include "gateway/connection.hpp"
 
@@ -27,8 +28,9 @@ class Server {
   // Binds every configured address; throws std::runtime_error naming the address on failure.
   void listen();
   void start();
-  // Stops accepting, lets requests in flight finish (up to drain_timeout), closes every session
-  // (which ends its workers), and returns once all of that is done.
+  // Stops accepting; the sessions already open go on working until they end or drain_timeout passes;
+  // then closes those left (which ends their workers and answers what still runs with an error), ends
+  // every other worker, and returns once all of that is done.
   // drain_begun: called once no new connection is accepted and the drain has begun (systemd's STOPPING=1).
   asio::awaitable<void> shutdown(std::function<void()> drain_begun = {});
   // Second signal: no more waiting.
@@ -63,6 +65,7 @@ class Server {
   std::unordered_map<std::uint64_t, Live> sessions_;  // loop 0's
   std::unordered_map<std::string, std::size_t> per_client_;  // live sessions per source address
   std::uint64_t next_session_ = 1;
+  AsyncEvent sessions_gone_;  // set whenever the last session is forgotten (the drain waits for it)
   bool stopping_ = false;
 };
 

@@ -37,12 +37,70 @@ TEST_F(LifecycleTest, SigtermDrainsTheKeywordInFlightAndExitsCleanly) {
   auto reply = c.wait_reply(id, {}, 30s);
   RJG_EXPECT_OK(reply);
   EXPECT_EQ(reply.keyword_error(), nullptr) << describe(reply);
+  c.exit();  // the last session ends: the drain is over
 
   auto status = gateway().wait(30s);
   ASSERT_TRUE(status.has_value()) << "the gateway did not exit after SIGTERM";
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
       << "the gateway ended with " << describe_status(*status);
   EXPECT_TRUE(wait_pid_gone(pid, 20s)) << "worker pid " << pid << " outlived the gateway";
+}
+
+// A drain cuts no suite: the sessions already open go on importing and running keywords after SIGTERM,
+// while new connections are refused; the gateway exits once the last one ends, without waiting for
+// drain_timeout.
+TEST_F(LifecycleTest, SessionsKeepWorkingThroughTheDrainAndItEndsWithTheLastOne) {
+  GatewayOptions options;
+  options.drain_timeout = "120s";
+  start(default_libraries(), options);
+  auto [a, ta] = session();
+  auto [b, tb] = session("SecondLibrary");
+  pid_t pa = remember_pid(worker_pid(a, ta));
+  gateway().signal(SIGTERM);
+  ASSERT_TRUE(eventually([&] { return !can_connect(gateway().port()); }, 20s, 20ms))
+      << "the gateway still accepts connections after SIGTERM";
+
+  // Keywords and a new import of a session that was there before the drain are served as ever.
+  for (int i = 0; i < 3; ++i) RJG_ASSERT_KEYWORD_OK(a.run_keyword(ta, "Echo", json::array{i}));
+  std::string t2 = open_library(a, "SecondLibrary");
+  RJG_ASSERT_KEYWORD_OK(a.run_keyword(t2, "Echo", json::array{"after SIGTERM"}));
+  RJG_ASSERT_KEYWORD_OK(b.run_keyword(tb, "Echo", json::array{"b"}));
+
+  b.exit();
+  EXPECT_FALSE(gateway().wait(300ms).has_value()) << "the gateway exited while a session was still open";
+  a.exit();
+  auto status = gateway().wait(60s);
+  ASSERT_TRUE(status.has_value()) << "the gateway did not exit once its last session ended";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "the gateway ended with " << describe_status(*status);
+  EXPECT_TRUE(wait_pid_gone(pa, 20s)) << "worker pid " << pa << " outlived the gateway";
+  const auto log = gateway().log();
+  EXPECT_FALSE(contains(log, "after drain_timeout")) << log;
+  // Two sessions at least: the harness's connection probes may still be closing.
+  EXPECT_TRUE(std::regex_search(log, std::regex("draining: no new connections; ([2-9]|[1-9][0-9]+) sessions"))) << log;
+}
+
+// When drain_timeout passes, the sessions left are closed: a keyword still running is answered with an
+// error that says why, and its worker is stopped.
+TEST_F(LifecycleTest, DrainTimeoutAnswersWhatStillRunsAndSaysWhy) {
+  GatewayOptions options;
+  options.drain_timeout = "1s";
+  start(default_libraries(), options);
+  auto [c, token] = session();
+  pid_t pid = remember_pid(worker_pid(c, token));
+  json::value id = c.send_request(
+      protocol::kRunKeyword,
+      json::object{{"library_token", token}, {"name", "Sleep"}, {"args", json::array{60}}, {"kwargs", json::object{}}});
+  std::this_thread::sleep_for(100ms);  // the call reaches the worker now or during the drain: either way
+  gateway().signal(SIGTERM);
+  auto reply = c.wait_reply(id, {}, 30s);
+  ASSERT_FALSE(reply.ok() && reply.keyword_error() == nullptr) << "the keyword did not fail: " << describe(reply);
+  EXPECT_TRUE(contains(describe(reply), "drain_timeout")) << describe(reply);
+  EXPECT_TRUE(contains(describe(reply), fmt::format("pid {}", pid))) << describe(reply);
+  auto status = gateway().wait(30s);
+  ASSERT_TRUE(status.has_value()) << "the gateway did not exit after its drain_timeout";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "the gateway ended with " << describe_status(*status);
+  EXPECT_TRUE(wait_pid_gone(pid, 20s)) << "worker pid " << pid << " outlived the gateway";
+  EXPECT_TRUE(contains(gateway().log(), "1 sessions still open (1 requests in flight) after drain_timeout")) << gateway().log_tail();
 }
 
 TEST_F(LifecycleTest, SigtermWithIdleSessionsStopsEveryWorker) {
@@ -238,7 +296,9 @@ TEST_F(OrphanTest, GrandchildIgnoringSigtermIsKilledAfterTheGrace) {
 
 // A SIGTERM to the gateway ends what the workers left behind before it exits.
 TEST_F(OrphanTest, GatewayStopEndsOrphansBeforeExiting) {
-  start({test_library("TestLibrary")});
+  GatewayOptions options;
+  options.drain_timeout = "1s";  // the session stays open: it is closed when the drain ends
+  start({test_library("TestLibrary")}, options);
   auto s = spawn_grandchild();
   ASSERT_GT(s.grandchild, 0);
   auto status = gateway().stop(60s);

@@ -107,6 +107,7 @@ TEST_F(SystemdTest, ReadyOnceServingStatusAsSessionsComeAndStoppingWhenTheDrainB
   auto stopping = socket.until("STOPPING=1");
   ASSERT_TRUE(stopping) << "no STOPPING=1 after SIGTERM";
   EXPECT_EQ(*stopping, "STOPPING=1\nSTATUS=draining: 0 requests in flight; 1 session, 1 worker, 0 imports waiting");
+  client.exit();  // the drain ends with the last session
   EXPECT_TRUE(gateway().wait(30s).has_value()) << "the gateway did not exit after SIGTERM";
 }
 

@@ -282,7 +282,7 @@ command = ["/bin/true"]
   EXPECT_EQ(journal.released, 2) << "every lease ends exactly once";
   EXPECT_FALSE(journal.dropped_mid_call) << "a lease was destroyed while its call was running";
   ASSERT_FALSE(journal.calls.empty());
-  EXPECT_EQ(journal.calls.back(), R"(end {"token":"w-2"} (its session closed))");
+  EXPECT_EQ(journal.calls.back(), R"(end {"token":"w-2"} (its session closed: the client sent robot/exit))");
   EXPECT_EQ(context.requests_in_flight, 0u);
 }
 
