@@ -170,11 +170,16 @@ void load_listen(Reader& reader, const toml::node& node, const std::string& key,
     if (!address) {
       reader.problem(element.source(), fmt::format("'{}' = \"{}\" is not a listen address: {}; expected "
                                                    "\"tcp://HOST:PORT\" with HOST an IPv4 address, localhost or "
-                                                   "[IPv6], for example \"tcp://127.0.0.1:8271\"",
+                                                   "[IPv6], for example \"tcp://127.0.0.1:8271\", or \"systemd\" "
+                                                   "or \"systemd:NAME\" for sockets systemd passes",
                                                    element_key, *text, why));
       continue;
     }
-    if (address->port != 0 && !seen.emplace(address->host, address->port).second) {
+    // Port 0 picks a free port each time, so it may be listed twice; "systemd" and "systemd:NAME" may not.
+    const bool from_systemd = address->kind == ListenAddress::Kind::systemd;
+    const auto id = from_systemd ? std::pair<std::string, unsigned short>{address->text, 0}
+                                 : std::pair<std::string, unsigned short>{address->host, address->port};
+    if ((from_systemd || address->port != 0) && !seen.emplace(id).second) {
       reader.problem(element.source(),
                      fmt::format("'{}' = \"{}\" is listed twice; expected each address once", element_key, *text));
       continue;
@@ -340,7 +345,9 @@ const std::vector<Key<Gateway>>& gateway_keys() {
        .type = "array of strings",
        .default_text = code(fmt::format("[\"{}\"]", Gateway{}.listen.at(0).text)),
        .range = "at least one; each at most once",
-       .doc = "Addresses to accept client connections on, each `tcp://HOST:PORT`.",
+       .doc = "Addresses to accept client connections on: `tcp://HOST:PORT`, or sockets systemd passes "
+              "(socket activation): `systemd:NAME` takes those named `NAME` (`FileDescriptorName=` in the .socket "
+              "unit), `systemd` every passed socket no other entry names.",
        .load = load_listen},
       choice("log_level", &Gateway::log_level, kLogLevels, "a log level",
              "Least severe messages logged, to stderr.", /*hints=*/false),

@@ -14,8 +14,24 @@ std::optional<ListenAddress> parse_listen_address(std::string_view text, std::st
     if (why) *why = std::move(reason);
     return std::nullopt;
   };
+  if (text == "systemd" || text.starts_with("systemd:")) {
+    ListenAddress passed;
+    passed.text = std::string(text);
+    passed.kind = ListenAddress::Kind::systemd;
+    if (text == "systemd") return passed;
+    // The names sd_listen_fds_with_names(3) gives: FileDescriptorName= allows at most 255 printable ASCII
+    // characters without ':' (the separator in LISTEN_FDNAMES).
+    std::string_view name = text.substr(8);
+    if (name.empty()) return fail("the socket name after \"systemd:\" is missing");
+    if (name.size() > 255) return fail("the socket name is longer than 255 characters");
+    for (char c : name)
+      if (c <= ' ' || c > '~' || c == ':')
+        return fail("a socket name is printable ASCII without spaces or ':', as FileDescriptorName= allows");
+    passed.fd_name = std::string(name);
+    return passed;
+  }
   constexpr std::string_view kScheme = "tcp://";
-  if (text.substr(0, kScheme.size()) != kScheme) return fail("it does not start with tcp://");
+  if (text.substr(0, kScheme.size()) != kScheme) return fail("it does not start with tcp:// (or systemd)");
   std::string_view rest = text.substr(kScheme.size());
 
   std::string host;
@@ -47,7 +63,11 @@ std::optional<ListenAddress> parse_listen_address(std::string_view text, std::st
     return fail(fmt::format("port '{}' is not a number from 1 to 65535", port_text));
   unsigned long port = std::stoul(std::string(port_text));
   if (port > 65535) return fail(fmt::format("port {} is not from 1 to 65535", port));
-  return ListenAddress{std::move(host), static_cast<unsigned short>(port), std::string(text)};
+  ListenAddress address;
+  address.host = std::move(host);
+  address.port = static_cast<unsigned short>(port);
+  address.text = std::string(text);
+  return address;
 }
 
 namespace {

@@ -9,11 +9,16 @@
 
 namespace rjg::config {
 
-// One address to listen on, from "tcp://HOST:PORT" (HOST may be an IPv6 literal in brackets).
+// One address to listen on: "tcp://HOST:PORT" (HOST may be an IPv6 literal in brackets), or sockets
+// systemd passed (socket activation): "systemd:NAME" those named NAME (FileDescriptorName=), a bare
+// "systemd" every passed socket that no other entry names.
 struct ListenAddress {
-  std::string host;  // "127.0.0.1", "localhost" or an IPv6 address without its brackets ("::1")
+  enum class Kind { tcp, systemd };
+  std::string host;  // tcp: "127.0.0.1", "localhost" or an IPv6 address without its brackets ("::1")
   unsigned short port = 0;
   std::string text;  // as written, for log lines
+  Kind kind = Kind::tcp;
+  std::string fd_name;  // systemd: the name; empty for a bare "systemd"
 
   bool operator==(const ListenAddress&) const = default;
 };
@@ -40,7 +45,8 @@ struct Network {
   bool operator==(const Network&) const = default;  // the same network, written the same way
 };
 
-// Parses "tcp://HOST:PORT" (HOST: IPv4 literal, localhost, or [IPv6]; PORT 0-65535, 0 picks a free port).
+// Parses "tcp://HOST:PORT" (HOST: IPv4 literal, localhost, or [IPv6]; PORT 0-65535, 0 picks a free port),
+// "systemd" or "systemd:NAME" (NAME: 1 to 255 printable ASCII characters, no ':').
 // Returns nullopt if invalid, and says why in *why when given.
 std::optional<ListenAddress> parse_listen_address(std::string_view text, std::string* why = nullptr);
 

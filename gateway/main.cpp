@@ -108,6 +108,7 @@ int run(const std::string& path) {
 
   // Before any thread or child exists: the variables are taken out of the environment.
   auto notifier = rjg::gateway::SystemdNotifier::from_environment();
+  auto passed = rjg::gateway::PassedSockets::from_environment();
 
   // Loop 0 (this thread) accepts and runs the pools, the reaper and the drain; sessions are spread over
   // all loops. Each loop is one io_context run by one thread, so nothing of a loop needs a lock.
@@ -123,7 +124,8 @@ int run(const std::string& path) {
   for (auto& loop : others) keep.push_back(boost::asio::make_work_guard(*loop));
   rjg::gateway::Server server(io, config, RJG_VERSION, loops);
   try {
-    server.listen();
+    server.listen(passed);
+    passed.close_untaken();
   } catch (const std::exception& e) {
     rjg::log::error("{}", e.what());
     return 1;

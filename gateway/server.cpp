@@ -1,6 +1,7 @@
 #include "gateway/server.hpp"
 
 #include "gateway/stream_connection.hpp"
+#include "gateway/systemd.hpp"
 
 #include "common/protocol/framing.hpp"
 #include "common/log.hpp"
@@ -19,10 +20,18 @@
 
 #include <csignal>
 
+#include <sys/socket.h>
+
 namespace rjg::gateway {
 using namespace std::chrono_literals;
 
 namespace {
+std::string endpoint_text(const tcp::endpoint& bound) {
+  return fmt::format("tcp://{}:{}", bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
+                                                             : bound.address().to_string(),
+                     bound.port());
+}
+
 std::vector<asio::any_io_executor> or_only(asio::io_context& io, std::vector<asio::any_io_executor> loops) {
   if (loops.empty()) loops.push_back(io.get_executor());
   return loops;
@@ -36,9 +45,17 @@ Server::Server(asio::io_context& io, const config::Config& config, std::string v
       context_(io.get_executor(), config, std::move(version), offload_.get_executor(), loops_),
       sessions_gone_(io.get_executor()) {}
 
-void Server::listen() {
-  tcp::resolver resolver(io_);
+void Server::listen(PassedSockets& passed, const std::vector<std::string>& named_elsewhere) {
+  // Names that "systemd:NAME" entries take, so that a bare "systemd" leaves those sockets to them.
+  std::vector<std::string> named = named_elsewhere;
+  for (const auto& address : context_.config.gateway.listen)
+    if (!address.fd_name.empty()) named.push_back(address.fd_name);
   for (const auto& address : context_.config.gateway.listen) {
+    if (address.kind == config::ListenAddress::Kind::systemd) {
+      for (int fd : passed.take(address, named)) adopt(fd, address.text);
+      continue;
+    }
+    tcp::resolver resolver(io_);
     boost::system::error_code ec;
     auto results = resolver.resolve(address.host, std::to_string(address.port),
                                     tcp::resolver::numeric_service | tcp::resolver::passive, ec);
@@ -56,13 +73,24 @@ void Server::listen() {
         throw std::runtime_error(fmt::format("cannot listen on {} ({}:{}): {}", address.text,
                                              endpoint.address().to_string(), endpoint.port(), ec.message()));
       }
-      auto bound = acceptor->local_endpoint(ec);
-      log::info("listening on tcp://{}:{}", bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
-                                                                    : bound.address().to_string(),
-                bound.port());
+      log::info("listening on {}", endpoint_text(acceptor->local_endpoint(ec)));
       acceptors_.push_back(std::move(acceptor));
     }
   }
+}
+
+void Server::adopt(int fd, const std::string& entry) {
+  // The socket is bound and listening already (PassedSockets checked): it only needs its protocol.
+  sockaddr_storage address{};
+  socklen_t size = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
+  auto acceptor = std::make_unique<tcp::acceptor>(io_);
+  boost::system::error_code ec;
+  acceptor->assign(address.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
+  if (ec) throw std::runtime_error(fmt::format("listen entry \"{}\": cannot use fd {}: {}", entry, fd, ec.message()));
+  log::info("listening on {} (socket passed by systemd, fd {}, for \"{}\")", endpoint_text(acceptor->local_endpoint(ec)),
+            fd, entry);
+  acceptors_.push_back(std::move(acceptor));
 }
 
 void Server::start() {

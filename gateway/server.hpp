@@ -16,6 +16,7 @@
 
 namespace rjg::gateway {
 
+class PassedSockets;
 using tcp = asio::ip::tcp;
 
 class Server {
@@ -25,8 +26,10 @@ class Server {
   Server(asio::io_context& io, const config::Config& config, std::string version,
          std::vector<asio::any_io_executor> loops = {});
 
-  // Binds every configured address; throws std::runtime_error naming the address on failure.
-  void listen();
+  // Binds every configured address, and takes the sockets systemd passed for "systemd" entries (a bare
+  // "systemd" leaves the names in named_elsewhere to other listeners); throws std::runtime_error naming
+  // the address on failure.
+  void listen(PassedSockets& passed, const std::vector<std::string>& named_elsewhere = {});
   void start();
   // Stops accepting; the sessions already open go on working until they end or drain_timeout passes;
   // then closes those left (which ends their workers and answers what still runs with an error), ends
@@ -41,6 +44,7 @@ class Server {
   std::string status_text() const;
 
  private:
+  void adopt(int fd, const std::string& entry);
   asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::string address);
   bool allowed(const asio::ip::address& address) const;
   // On the session's loop: completes once it is closed (at once if it is gone).

@@ -6,7 +6,12 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <stdexcept>
 
 #include <cerrno>
 #include <cstddef>
@@ -27,7 +32,107 @@ std::string take_env(const char* name) {
   ::unsetenv(name);
   return text;
 }
+
+// Why a passed descriptor cannot serve as a TCP listener; empty when it can.
+std::string unfit_listener(int fd) {
+  int type = 0, listening = 0;
+  socklen_t size = sizeof type;
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &size) != 0)
+    return fmt::format("it is not a socket ({})", std::strerror(errno));
+  size = sizeof listening;
+  if (type != SOCK_STREAM) return "it is not a stream socket (use ListenStream=, not ListenDatagram= or ListenSequentialPacket=)";
+  if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) != 0 || !listening)
+    return "it is not listening (Accept=yes passes connections, not the listening socket: use Accept=no)";
+  sockaddr_storage address{};
+  size = sizeof address;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0)
+    return fmt::format("its address cannot be read ({})", std::strerror(errno));
+  if (address.ss_family != AF_INET && address.ss_family != AF_INET6)
+    return "it is not a TCP socket (ListenStream= must be an IP address and port, or a port)";
+  return "";
+}
 }  // namespace
+
+PassedSockets PassedSockets::from_environment() {
+  PassedSockets passed;
+  const std::string pid = take_env("LISTEN_PID");
+  const std::string fds = take_env("LISTEN_FDS");
+  const std::string names = take_env("LISTEN_FDNAMES");
+  if (fds.empty()) {
+    passed.why_none_ = "no sockets were passed: LISTEN_FDS is not set (start the gateway from its .socket unit)";
+    return passed;
+  }
+  if (pid != std::to_string(::getpid())) {
+    passed.why_none_ = fmt::format("the sockets in LISTEN_FDS were passed to pid {}, not to this process ({})",
+                                   log::printable(pid, 20), ::getpid());
+    return passed;
+  }
+  char* end = nullptr;
+  const unsigned long count = std::strtoul(fds.c_str(), &end, 10);
+  if (!end || *end != '\0' || count == 0 || count > 4096) {
+    passed.why_none_ = fmt::format("LISTEN_FDS='{}' is not a count of sockets", log::printable(fds, 20));
+    return passed;
+  }
+  // sd_listen_fds_with_names(3): names in order, separated by ':'; without LISTEN_FDNAMES (or with a
+  // different count) every socket is "unknown".
+  std::vector<std::string> split;
+  for (std::size_t from = 0; !names.empty();) {
+    const auto colon = names.find(':', from);
+    split.push_back(names.substr(from, colon == std::string::npos ? std::string::npos : colon - from));
+    if (colon == std::string::npos) break;
+    from = colon + 1;
+  }
+  if (split.size() != count) split.assign(count, "unknown");
+  for (unsigned long i = 0; i < count; ++i) {
+    const int fd = 3 + static_cast<int>(i);
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // a worker never inherits a listening socket
+    passed.sockets_.push_back({fd, split[i]});
+  }
+  return passed;
+}
+
+std::vector<int> PassedSockets::take(const config::ListenAddress& entry, const std::vector<std::string>& named) {
+  std::vector<int> fds;
+  for (auto& socket : sockets_) {
+    if (socket.taken) continue;
+    const bool wanted = entry.fd_name.empty()
+                            ? std::find(named.begin(), named.end(), socket.name) == named.end()
+                            : socket.name == entry.fd_name;
+    if (!wanted) continue;
+    if (auto why = unfit_listener(socket.fd); !why.empty())
+      throw std::runtime_error(fmt::format("listen entry \"{}\": the socket systemd passed as {} (fd {}) cannot "
+                                           "be listened on: {}",
+                                           entry.text, socket.name, socket.fd, why));
+    socket.taken = true;
+    fds.push_back(socket.fd);
+  }
+  if (fds.empty()) {
+    const auto wanted = entry.fd_name.empty() ? std::string("socket that no other listen entry names")
+                                              : fmt::format("socket named '{}' (FileDescriptorName=)", entry.fd_name);
+    throw std::runtime_error(fmt::format("listen entry \"{}\": systemd passed no {}; passed: {}. Give the socket "
+                                         "that name in the .socket unit, or change the entry.",
+                                         entry.text, wanted, describe()));
+  }
+  return fds;
+}
+
+void PassedSockets::close_untaken() {
+  for (auto& socket : sockets_) {
+    if (socket.taken || socket.fd < 0) continue;
+    log::warn("systemd passed a socket named '{}' (fd {}) that no listen entry takes; closing it", socket.name,
+              socket.fd);
+    ::close(socket.fd);
+    socket.fd = -1;
+  }
+}
+
+std::string PassedSockets::describe() const {
+  if (sockets_.empty()) return why_none_;
+  std::string text;
+  for (const auto& socket : sockets_)
+    text += fmt::format("{}{} (fd {}{})", text.empty() ? "" : ", ", socket.name, socket.fd, socket.taken ? ", taken" : "");
+  return text;
+}
 
 SystemdNotifier SystemdNotifier::from_environment() {
   SystemdNotifier n;

@@ -1,8 +1,11 @@
 // systemd's service notifications (sd_notify(3)) without libsystemd: one datagram per state change
 // to the AF_UNIX socket named by NOTIFY_SOCKET ("@name": an abstract socket). READY=1 once the
 // gateway serves, STATUS= refreshed while it runs, STOPPING=1 when a drain begins, and WATCHDOG=1
-// every WATCHDOG_USEC/2 while every event loop answers.
+// every WATCHDOG_USEC/2 while every event loop answers. And socket activation (sd_listen_fds(3)): the
+// listening sockets systemd passes.
 #pragma once
+
+#include "config/network.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -22,6 +25,43 @@
 namespace rjg::gateway {
 
 namespace asio = boost::asio;
+
+// Sockets systemd passed (socket activation): LISTEN_FDS descriptors from 3 on, named by LISTEN_FDNAMES
+// (FileDescriptorName=; "unknown" when unnamed), meant for the process LISTEN_PID names.
+class PassedSockets {
+ public:
+  struct Socket {
+    int fd = -1;
+    std::string name;
+    bool taken = false;
+  };
+
+  // Takes LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES from the environment and removes them, and marks
+  // every passed descriptor close-on-exec, so that no worker inherits one. Empty when nothing was
+  // passed to this process.
+  static PassedSockets from_environment();
+
+  PassedSockets() = default;
+  PassedSockets(PassedSockets&& other) noexcept : sockets_(std::move(other.sockets_)), why_none_(std::move(other.why_none_)) {
+    other.sockets_.clear();
+  }
+  PassedSockets(const PassedSockets&) = delete;
+  PassedSockets& operator=(const PassedSockets&) = delete;
+  ~PassedSockets() { close_untaken(); }
+
+  // The descriptors for one listen entry ("systemd:NAME": those named NAME; "systemd": every one whose
+  // name no entry in `named` lists), each handed to one entry only. Throws std::runtime_error naming the
+  // entry and what was passed when there is none, or when one is not a listening TCP socket.
+  std::vector<int> take(const config::ListenAddress& entry, const std::vector<std::string>& named);
+  // Closes those no entry took, with a warning naming each.
+  void close_untaken();
+  // "gateway (fd 3), admin (fd 4)", or why there are none.
+  std::string describe() const;
+
+ private:
+  std::vector<Socket> sockets_;
+  std::string why_none_ = "no sockets were passed";
+};
 
 class SystemdNotifier {
  public:

@@ -330,7 +330,14 @@ LibrarySpec test_library(const std::string& name, std::vector<std::string> extra
 std::string make_config(std::uint16_t port, const std::vector<LibrarySpec>& libraries, const GatewayOptions& options) {
   std::string out;
   out += "[gateway]\n";
-  out += fmt::format("listen = [{}]\n", toml_string(fmt::format("tcp://127.0.0.1:{}", port)));
+  if (options.listen.empty()) {
+    out += fmt::format("listen = [{}]\n", toml_string(fmt::format("tcp://127.0.0.1:{}", port)));
+  } else {
+    std::string entries;
+    for (const auto& entry : options.listen)
+      entries += (entries.empty() ? "" : ", ") + toml_string(fmt::format(fmt::runtime(entry), fmt::arg("port", port)));
+    out += fmt::format("listen = [{}]\n", entries);
+  }
   out += fmt::format("log_level = {}\n", toml_string(options.log_level));
   out += fmt::format("drain_timeout = {}\n", toml_string(options.drain_timeout));
   out += options.extra_gateway_toml;
@@ -373,8 +380,10 @@ GatewayProcess::~GatewayProcess() {
 void GatewayProcess::start() {
   port_ = free_port();
   write_file(config_path(), make_config(port_, libraries_, options_));
-  process_.start({gateway_binary(), "--config", config_path().string()}, dir_.path() / "gateway.stdout",
-                 stderr_path(), options_.env);
+  std::vector<std::string> argv;
+  for (const auto& arg : options_.launcher) argv.push_back(fmt::format(fmt::runtime(arg), fmt::arg("port", port_)));
+  for (const auto& arg : {gateway_binary(), std::string("--config"), config_path().string()}) argv.push_back(arg);
+  process_.start(argv, dir_.path() / "gateway.stdout", stderr_path(), options_.env);
   auto deadline = Clock::now() + 10s;
   for (;;) {
     if (!process_.running()) {

@@ -172,6 +172,10 @@ struct GatewayOptions {
   std::string drain_timeout = "10s";
   std::string extra_gateway_toml;  // appended inside [gateway]
   std::map<std::string, std::string> env;  // added to (or replacing in) the gateway process's environment
+  // Instead of ["tcp://127.0.0.1:PORT"]; "{port}" in an entry is the port start() picked.
+  std::vector<std::string> listen;
+  // Runs the gateway through this command ("{port}" replaced), e.g. systemd-socket-activate.
+  std::vector<std::string> launcher;
 };
 
 std::string make_config(std::uint16_t port, const std::vector<LibrarySpec>& libraries, const GatewayOptions& options);

@@ -151,5 +151,82 @@ TEST_F(SystemdTest, AnUnusableNotifySocketIsLoggedAndIgnored) {
   RJG_ASSERT_KEYWORD_OK(echo);
 }
 
+
+// ------------------------------------------------------------------------------------------------
+// Socket activation, with systemd's own tool: systemd-socket-activate binds the sockets, waits for the
+// first connection, and executes the gateway with LISTEN_FDS, LISTEN_PID and LISTEN_FDNAMES set.
+
+class SocketActivationTest : public GatewayTest {
+ protected:
+  void start_activated(std::vector<std::string> listen, std::vector<std::string> sockets, std::string names = "") {
+    GatewayOptions options;
+    options.listen = std::move(listen);
+    options.launcher = {"/usr/bin/systemd-socket-activate"};  // Debian's systemd package
+    for (auto& socket : sockets) options.launcher.push_back("--listen=" + socket);
+    if (!names.empty()) options.launcher.push_back("--fdname=" + names);
+    start(default_libraries(), options);
+  }
+
+  // A session served on `port`: one keyword runs, and the worker inherited stdin, stdout and stderr only.
+  void expect_served(std::uint16_t port) {
+    RpcClient client(20s);
+    client.connect("127.0.0.1", port);
+    auto token = open_library(client, "TestLibrary");
+    auto echo = client.run_keyword(token, "Echo", json::array{"served"});
+    RJG_ASSERT_KEYWORD_OK(echo);
+    auto fds = client.run_keyword(token, "List Fds");
+    RJG_ASSERT_KEYWORD_OK(fds);
+    EXPECT_EQ(keyword_value(fds), (json::array{0, 1, 2})) << "a worker inherited more than stdio: " << describe(fds);
+    for (const char* name : {"LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"}) {
+      auto value = client.run_keyword(token, "Get Env", json::array{name});
+      EXPECT_EQ(keyword_value(value), json::value(nullptr)) << name << " reached the worker: " << describe(value);
+    }
+  }
+};
+
+TEST_F(SocketActivationTest, AnUnnamedPassedSocketIsServed) {
+  start_activated({"systemd"}, {"127.0.0.1:{port}"});
+  expect_served(gateway().port());
+  EXPECT_TRUE(log_eventually(fmt::format("listening on tcp://127.0.0.1:{} (socket passed by systemd, fd 3, for "
+                                         "\"systemd\")",
+                                         gateway().port())))
+      << gateway().log();
+}
+
+// "systemd:NAME" takes the socket of that name; a bare "systemd" takes the others.
+TEST_F(SocketActivationTest, NamedSocketsGoToTheirEntriesAndTheRestToABareOne) {
+  const auto other = free_port();
+  start_activated({"systemd:gateway", "systemd"}, {"127.0.0.1:{port}", fmt::format("127.0.0.1:{}", other)},
+                  "gateway:lab");
+  expect_served(gateway().port());
+  expect_served(other);
+  const auto log = gateway().log();
+  EXPECT_TRUE(contains(log, fmt::format("127.0.0.1:{} (socket passed by systemd, fd 3, for \"systemd:gateway\")",
+                                        gateway().port())))
+      << log;
+  EXPECT_TRUE(contains(log, fmt::format("127.0.0.1:{} (socket passed by systemd, fd 4, for \"systemd\")", other)))
+      << log;
+}
+
+// An entry that no passed socket matches is a start-up error that says what was passed.
+TEST_F(SocketActivationTest, AnEntryNamingNoPassedSocketStopsTheStart) {
+  start_activated({"systemd:admin"}, {"127.0.0.1:{port}"}, "gateway");
+  auto status = gateway().wait(20s);
+  ASSERT_TRUE(status.has_value()) << "the gateway did not exit";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << describe_status(*status);
+  EXPECT_TRUE(contains(gateway().log(), "listen entry \"systemd:admin\": systemd passed no socket named 'admin' "
+                                        "(FileDescriptorName=); passed: gateway (fd 3)"))
+      << gateway().log();
+}
+
+// Without socket activation a "systemd" entry cannot be served, and the log says how to start it.
+TEST_F(SocketActivationTest, WithoutPassedSocketsASystemdEntryStopsTheStart) {
+  GatewayOptions options;
+  options.listen = {"systemd"};
+  EXPECT_THROW(start(default_libraries(), options), std::runtime_error);
+  EXPECT_TRUE(contains(gateway().log(), "LISTEN_FDS is not set (start the gateway from its .socket unit)"))
+      << gateway().log();
+}
+
 }  // namespace
 }  // namespace rjg::test

@@ -358,6 +358,35 @@ listen = [
   expect_problem(found[10], 14, {"listed twice"});
 }
 
+// Socket activation: "systemd" and "systemd:NAME" are listen entries; names follow FileDescriptorName=.
+TEST_F(ConfigTest, SystemdListenEntries) {
+  auto config = load(std::string("[gateway]\nlisten = [\"systemd:gateway\", \"systemd\", \"tcp://127.0.0.1:0\"]\n") + kMinimal);
+  ASSERT_EQ(config.gateway.listen.size(), 3u);
+  EXPECT_EQ(config.gateway.listen[0].kind, rjg::config::ListenAddress::Kind::systemd);
+  EXPECT_EQ(config.gateway.listen[0].fd_name, "gateway");
+  EXPECT_EQ(config.gateway.listen[1].kind, rjg::config::ListenAddress::Kind::systemd);
+  EXPECT_EQ(config.gateway.listen[1].fd_name, "");
+  EXPECT_EQ(config.gateway.listen[2].kind, rjg::config::ListenAddress::Kind::tcp);
+
+  auto found = problems(R"([gateway]
+listen = [
+  "systemd:",
+  "systemd:a:b",
+  "systemd:two words",
+  "systemd:gw",
+  "systemd:gw",
+  "systemd",
+  "systemd",
+]
+)" + std::string(kMinimal));
+  ASSERT_EQ(found.size(), 5u) << ::testing::PrintToString(found);
+  expect_problem(found[0], 3, {"gateway.listen[0]", "name after \"systemd:\" is missing"});
+  expect_problem(found[1], 4, {"gateway.listen[1]", "without spaces or ':'"});
+  expect_problem(found[2], 5, {"gateway.listen[2]", "without spaces or ':'"});
+  expect_problem(found[3], 7, {"gateway.listen[4]", "listed twice"});
+  expect_problem(found[4], 9, {"gateway.listen[6]", "listed twice"});
+}
+
 TEST_F(ConfigTest, BadPort) {
   expect_one_problem(std::string("[gateway]\nlisten = [\"tcp://127.0.0.1:65536\"]\n") + kMinimal, 2,
                      {"gateway.listen[0]", "65536", "1 to 65535"});
