@@ -1,6 +1,10 @@
 #include "common/log.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include <atomic>
 #include <chrono>
@@ -11,6 +15,8 @@
 namespace rjg::log {
 namespace {
 std::atomic<Level> g_level{Level::info};
+std::atomic<Format> g_format{Format::text};
+std::atomic<bool> g_journal{false};
 std::string g_program = "rjg";
 std::mutex g_mutex;
 
@@ -40,7 +46,75 @@ std::string printable(std::string_view bytes, std::size_t max) {
   return out;
 }
 
+// syslog(3) priorities, as journald reads them from a "<N>" prefix.
+int priority_of(Level level) {
+  switch (level) {
+    case Level::debug: return 7;
+    case Level::info: return 6;
+    case Level::warn: return 4;
+    case Level::error: return 3;
+  }
+  return 6;
+}
+
+// `text` as the inside of a JSON string: ", \ and control characters escaped, valid UTF-8 as is, and
+// each byte of an invalid sequence as U+FFFD, so that every line is valid JSON.
+void append_json_string(std::string& out, std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+      ++i;
+    } else if (c < 0x20) {
+      out += fmt::format("\\u{:04x}", c);
+      ++i;
+    } else if (c < 0x80) {
+      out += static_cast<char>(c);
+      ++i;
+    } else {
+      // Length of the sequence from its lead byte; overlong forms and surrogates count as invalid.
+      const std::size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+      bool valid = n > 0 && i + n <= text.size();
+      for (std::size_t k = 1; valid && k < n; ++k) valid = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
+      if (valid && n == 3) {
+        const auto c1 = static_cast<unsigned char>(text[i + 1]);
+        valid = !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0);
+      }
+      if (valid && n == 4) {
+        const auto c1 = static_cast<unsigned char>(text[i + 1]);
+        valid = !(c == 0xf0 && c1 < 0x90) && !(c == 0xf4 && c1 >= 0x90);
+      }
+      if (valid) {
+        out.append(text.substr(i, n));
+        i += n;
+      } else {
+        out += "\xef\xbf\xbd";
+        ++i;
+      }
+    }
+  }
+}
+
 void set_level(Level level) { g_level = level; }
+void set_format(Format format) { g_format = format; }
+
+bool parse_format(std::string_view text, Format& out) {
+  if (text == "text") out = Format::text;
+  else if (text == "json") out = Format::json;
+  else return false;
+  return true;
+}
+
+bool use_journal_if_stderr_is_it() {
+  const char* stream = std::getenv("JOURNAL_STREAM");
+  struct stat st {};
+  unsigned long long dev = 0, ino = 0;
+  const bool ours = stream && std::sscanf(stream, "%llu:%llu", &dev, &ino) == 2 && ::fstat(STDERR_FILENO, &st) == 0 &&
+                    static_cast<unsigned long long>(st.st_dev) == dev && static_cast<unsigned long long>(st.st_ino) == ino;
+  g_journal = ours;
+  return ours;
+}
 Level level() { return g_level; }
 
 bool parse_level(std::string_view text, Level& out) {
@@ -57,17 +131,40 @@ void set_program(std::string_view name) {
   g_program = name;
 }
 
-void write(Level level, std::string_view text) {
+std::string format_line(Level level, std::string_view text) {
   using namespace std::chrono;
   const auto now = system_clock::now();
   const auto secs = system_clock::to_time_t(now);
   const auto millis = duration_cast<milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm tm{};
   gmtime_r(&secs, &tm);
+  const bool journal = g_journal;
+  std::string line = journal ? fmt::format("<{}>", priority_of(level)) : std::string();
+  std::string program;
+  {
+    std::lock_guard lock(g_mutex);
+    program = g_program;
+  }
+  if (g_format == Format::json) {
+    line += fmt::format("{{\"time\":\"{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z\",\"level\":\"{}\",\"program\":\"",
+                        tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, millis,
+                        name_of(level));
+    append_json_string(line, program);
+    line += "\",\"message\":\"";
+    append_json_string(line, text);
+    line += "\"}\n";
+  } else if (journal) {
+    line += fmt::format("{} {:5} {}\n", program, name_of(level), text);
+  } else {
+    line += fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z {} {:5} {}\n", tm.tm_year + 1900, tm.tm_mon + 1,
+                        tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, millis, program, name_of(level), text);
+  }
+  return line;
+}
+
+void write(Level level, std::string_view text) {
+  const std::string line = format_line(level, text);
   std::lock_guard lock(g_mutex);
-  std::string line = fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z {} {:5} {}\n", tm.tm_year + 1900,
-                                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, millis, g_program,
-                                 name_of(level), text);
   // One write(2) per line keeps lines whole when several processes share the stream.
   const char* p = line.data();
   size_t left = line.size();

@@ -1,4 +1,6 @@
-// Diagnostics go to stderr, one line per event; stdout is reserved for protocol frames.
+// Diagnostics go to stderr, one line per event; stdout is reserved for protocol frames. A line is text
+// ("2026-12-01T08:00:00.123Z gateway INFO  what happened") or one JSON object (log_format = "json"); when
+// stderr is the journal it carries a syslog priority prefix ("<6>") instead of a timestamp.
 #pragma once
 
 #include <fmt/format.h>
@@ -9,13 +11,25 @@ namespace rjg::log {
 
 enum class Level { debug = 0, info = 1, warn = 2, error = 3 };
 
+enum class Format { text, json };
+
 void set_level(Level level);
+void set_format(Format format);
+// Parses "text" or "json"; returns false for anything else.
+bool parse_format(std::string_view text, Format& out);
+// When JOURNAL_STREAM names stderr's device and inode (systemd connected stderr to the journal), lines
+// get a "<N>" priority prefix, which journald turns into the entry's priority, and no timestamp (the
+// journal has its own). Returns whether it does.
+bool use_journal_if_stderr_is_it();
 Level level();
 // Parses "debug", "info", "warn" or "error"; returns false for anything else.
 bool parse_level(std::string_view text, Level& out);
 // Prefix every line with a program name, e.g. "gateway" or "worker TestLibrary".
 void set_program(std::string_view name);
 void write(Level level, std::string_view text);
+
+// One line as written for `level` and `text` now (a newline at the end).
+std::string format_line(Level level, std::string_view text);
 
 // Bytes made safe for a log line: control and non-ASCII bytes escaped, cut after `max` bytes.
 std::string printable(std::string_view bytes, std::size_t max = 120);

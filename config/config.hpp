@@ -88,6 +88,7 @@ struct Library {
 struct Gateway {
   std::vector<ListenAddress> listen{*parse_listen_address("tcp://127.0.0.1:8271")};
   std::string log_level = "info";
+  std::string log_format = "text";  // "text" or "json" (the log module reads it)
   Duration drain_timeout{std::chrono::seconds(30)};  // on SIGTERM: how long keywords in flight may finish
   std::size_t max_message_bytes = 64u * 1024 * 1024;
 

@@ -154,6 +154,7 @@ Key<Model> choice(std::string_view name, Field Model::*field, const std::pair<st
 // log_level stays text in the model (the log module reads it), so each name maps to itself.
 constexpr std::pair<std::string_view, std::string_view> kLogLevels[] = {
     {"debug", "debug"}, {"info", "info"}, {"warn", "warn"}, {"error", "error"}};
+constexpr std::pair<std::string_view, std::string_view> kLogFormats[] = {{"text", "text"}, {"json", "json"}};
 
 void load_listen(Reader& reader, const toml::node& node, const std::string& key, Gateway& gateway) {
   auto* array = node.as_array();
@@ -351,6 +352,12 @@ const std::vector<Key<Gateway>>& gateway_keys() {
        .load = load_listen},
       choice("log_level", &Gateway::log_level, kLogLevels, "a log level",
              "Least severe messages logged, to stderr.", /*hints=*/false),
+      choice("log_format", &Gateway::log_format, kLogFormats, "a log format",
+             "`text`: one line per event, `TIME PROGRAM LEVEL message`. `json`: one JSON object per line "
+             "(`time`, `level`, `program`, `message`) for log shippers. Either way, when stderr is the journal "
+             "(systemd's `JOURNAL_STREAM`) each line starts with a syslog priority (`<6>`) and text lines carry "
+             "no timestamp.",
+             /*hints=*/false),
       duration("drain_timeout", &Gateway::drain_timeout, {},
                "On SIGTERM the gateway stops accepting connections; the sessions already open go on working (imports "
                "and keywords) until they end or this long has passed. Then it closes those left, stops their workers "

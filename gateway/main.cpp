@@ -95,6 +95,8 @@ int run(const std::string& path) {
   }
   rjg::log::Level level;
   if (rjg::log::parse_level(config.gateway.log_level, level)) rjg::log::set_level(level);
+  rjg::log::Format format;
+  if (rjg::log::parse_format(config.gateway.log_format, format)) rjg::log::set_format(format);
 
   // A client that vanishes mid-write must be an error code on that socket, not the end of the gateway.
   std::signal(SIGPIPE, SIG_IGN);
@@ -183,6 +185,7 @@ int run(const std::string& path) {
 
 int main(int argc, char** argv) {
   rjg::log::set_program("gateway");
+  rjg::log::use_journal_if_stderr_is_it();
   std::string arg1 = argc > 1 ? argv[1] : "";
   if (argc == 2 && (arg1 == "--version" || arg1 == "-V")) {
     std::printf("robot-jsonrpc-gateway %s\n", RJG_VERSION);

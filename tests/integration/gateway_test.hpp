@@ -95,16 +95,19 @@ class GatewayTest : public ::testing::Test {
 // Assertion helpers that print the whole reply on failure.
 #define RJG_EXPECT_OK(reply) EXPECT_TRUE((reply).ok()) << ::rjg::test::describe(reply)
 #define RJG_ASSERT_OK(reply) ASSERT_TRUE((reply).ok()) << ::rjg::test::describe(reply)
-#define RJG_ASSERT_KEYWORD_OK(reply)                                                              \
-  do {                                                                                            \
-    ASSERT_TRUE((reply).ok()) << ::rjg::test::describe(reply);                                    \
-    ASSERT_EQ((reply).keyword_error(), nullptr) << "keyword failed: " << ::rjg::test::describe(reply); \
+// Each evaluates `reply` once: it may be the call itself.
+#define RJG_ASSERT_KEYWORD_OK(reply)                                                                          \
+  do {                                                                                                        \
+    const auto& rjg_reply_ = (reply);                                                                         \
+    ASSERT_TRUE(rjg_reply_.ok()) << ::rjg::test::describe(rjg_reply_);                                        \
+    ASSERT_EQ(rjg_reply_.keyword_error(), nullptr) << "keyword failed: " << ::rjg::test::describe(rjg_reply_); \
   } while (0)
-#define RJG_ASSERT_ERROR(reply, code)                                                   \
-  do {                                                                                  \
-    ASSERT_FALSE((reply).ok()) << "expected error " << (code) << ", got "               \
-                               << ::rjg::test::describe(reply);                         \
-    ASSERT_EQ((reply).error_code(), (code)) << ::rjg::test::describe(reply);            \
+#define RJG_ASSERT_ERROR(reply, code)                                                    \
+  do {                                                                                   \
+    const auto& rjg_reply_ = (reply);                                                    \
+    ASSERT_FALSE(rjg_reply_.ok()) << "expected error " << (code) << ", got "             \
+                                  << ::rjg::test::describe(rjg_reply_);                  \
+    ASSERT_EQ(rjg_reply_.error_code(), (code)) << ::rjg::test::describe(rjg_reply_);     \
   } while (0)
 
 #define RJG_EXPECT_ERROR_CODE(reply, code)                                              \

@@ -206,6 +206,8 @@ class GatewayProcess {
   // The last max_lines lines of the log, for failure reports.
   std::string log_tail(std::size_t max_lines = 400) const;
   void keep_dir() { dir_.keep(); }
+  // Before start(): what it will be started with (a test may set what depends on dir()).
+  GatewayOptions& options() { return options_; }
 
   // A connected client (not yet initialized).
   RpcClient connect(std::chrono::milliseconds timeout = 20s) const;

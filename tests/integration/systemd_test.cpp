@@ -8,12 +8,14 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstring>
 #include <random>
+#include <regex>
 
 namespace rjg::test {
 namespace {
@@ -226,6 +228,68 @@ TEST_F(SocketActivationTest, WithoutPassedSocketsASystemdEntryStopsTheStart) {
   EXPECT_THROW(start(default_libraries(), options), std::runtime_error);
   EXPECT_TRUE(contains(gateway().log(), "LISTEN_FDS is not set (start the gateway from its .socket unit)"))
       << gateway().log();
+}
+
+
+// ------------------------------------------------------------------------------------------------
+// Logs for journald: JOURNAL_STREAM names stderr's device and inode when systemd connected stderr to
+// the journal. The test makes the gateway's stderr file that "journal".
+
+// Creates `file` (the harness truncates, never replaces it) and returns "DEVICE:INODE".
+std::string journal_stream_of(const fs::path& file) {
+  write_file(file, "");
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) throw std::runtime_error("stat " + file.string());
+  return fmt::format("{}:{}", st.st_dev, st.st_ino);
+}
+
+TEST(JournalTest, LinesCarryAPriorityAndNoTimestampOnlyWhenStderrIsTheJournal) {
+  GatewayProcess journal({test_library("TestLibrary")});
+  journal.options().env["JOURNAL_STREAM"] = journal_stream_of(journal.stderr_path());
+  journal.start();
+  {
+    RpcClient client = journal.connect();
+    open_library(client, "TestLibrary");
+  }
+  const auto log = journal.log();
+  EXPECT_TRUE(std::regex_search(log, std::regex(R"((^|\n)<6>gateway INFO  robot-jsonrpc-gateway \S+ started)"))) << log;
+  EXPECT_TRUE(std::regex_search(log, std::regex(R"(\n<7>gateway DEBUG )"))) << log;
+  EXPECT_FALSE(std::regex_search(log, std::regex(R"((^|\n)[^<])"))) << "a line without its priority: " << log;
+
+  // Another file's device and inode: stderr is not the journal, and lines keep their timestamps.
+  GatewayProcess plain({test_library("TestLibrary")});
+  plain.options().env["JOURNAL_STREAM"] = journal_stream_of(journal.dir() / "elsewhere");
+  plain.start();
+  EXPECT_TRUE(std::regex_search(plain.log(), std::regex(R"(^\d{4}-\d\d-\d\dT[0-9:.]+Z gateway INFO  )"))) << plain.log();
+}
+
+// log_format = "json": every line the gateway writes is one JSON object.
+TEST(JournalTest, JsonLogsAreOneObjectPerLine) {
+  GatewayOptions options;
+  options.extra_gateway_toml = "log_format = \"json\"\n";
+  GatewayProcess gateway({test_library("TestLibrary")}, options);
+  gateway.start();
+  {
+    RpcClient client = gateway.connect();
+    auto token = open_library(client, "TestLibrary");
+    auto printed = client.run_keyword(token, "Print Stderr", json::array{"quote \" and tab \t"});
+    RJG_ASSERT_KEYWORD_OK(printed);
+  }
+  ASSERT_EQ(gateway.stop(30s).value_or(-1), 0);
+  std::size_t lines = 0, worker_lines = 0;
+  for (const auto& line : lines_with(gateway.log(), "")) {
+    if (line.empty()) continue;
+    ++lines;
+    boost::system::error_code ec;
+    auto value = json::parse(line, ec);
+    ASSERT_FALSE(ec) << "not JSON: " << line;
+    ASSERT_TRUE(value.is_object()) << line;
+    for (const char* key : {"time", "level", "program", "message"})
+      EXPECT_TRUE(value.as_object().contains(key)) << key << " missing: " << line;
+    if (contains(value.as_object().at("message").as_string(), "stderr: quote")) ++worker_lines;
+  }
+  EXPECT_GT(lines, 5u);
+  EXPECT_EQ(worker_lines, 1u) << gateway.log();
 }
 
 }  // namespace
