@@ -13,6 +13,10 @@ packages=(
   procps                                   # pgrep/ps for the quick start's checks
   strace                                   # counting the relay's system calls (a test and the benchmark)
   clang libclang-rt-14-dev                 # fuzz targets (deploy/fuzz.sh): clang, libFuzzer and its ASan/UBSan runtimes
+  dpkg-dev file                            # the Debian package: cpack's dependency list (dpkg-shlibdeps, which needs file)
+  lintian                                  # the package's test (deploy/package-check.sh): no lintian errors
+  systemd                                  # systemd-analyze (unit security rating, verify), systemd-sysusers/-tmpfiles
+                                           # (package test), systemd-socket-activate (socket activation tests)
 )
 
 packages+=("$@")
