@@ -16,6 +16,13 @@
 #include <map>
 
 namespace rjg::config {
+
+bool same_settings(const Library& a, const Library& b) {
+  Library moved = b;
+  moved.source_line = a.source_line;
+  return a == moved;
+}
+
 namespace {
 
 using detail::Reader;
@@ -36,11 +43,18 @@ class Loader {
       reader_.throw_problems();
     }
 
-    detail::check_keys(reader_, root, "the top level", {"gateway", "defaults", "library"});
+    detail::check_keys(reader_, root, "the top level", {"gateway", "admin", "defaults", "library"});
 
     if (auto* node = root.get("gateway")) {
       if (auto* table = reader_.expect_table(*node, "gateway", "[gateway]"))
         detail::load_table(reader_, *table, "[gateway]", "gateway", detail::gateway_keys(), config.gateway);
+    }
+
+    if (auto* node = root.get("admin")) {
+      if (auto* table = reader_.expect_table(*node, "admin", "[admin]")) {
+        detail::load_table(reader_, *table, "[admin]", "admin", detail::admin_keys(), config.admin);
+        check_admin_listen(*table, config);
+      }
     }
 
     // [defaults] is a library template: every [[library]] starts as a copy of it.
@@ -102,6 +116,27 @@ class Loader {
     check_prewarm_cap(table, prefix, library);
     check_prewarm_import(table, prefix, library);
     return reader_.problem_count() == before;
+  }
+
+  // The admin endpoint cannot share an address with the gateway, nor both take "every other" passed socket.
+  void check_admin_listen(const toml::table& table, const Config& config) {
+    const auto* listen = table.get("listen");
+    if (!listen || !listen->is_array()) return;
+    for (std::size_t i = 0; i < config.admin.listen.size(); ++i) {
+      const auto& admin = config.admin.listen[i];
+      for (const auto& gateway : config.gateway.listen) {
+        const bool same = admin.kind == gateway.kind && admin.kind == ListenAddress::Kind::systemd
+                              ? admin.fd_name == gateway.fd_name
+                              : admin.kind == gateway.kind && admin.port != 0 && admin.host == gateway.host &&
+                                    admin.port == gateway.port;
+        if (!same) continue;
+        const auto* element = listen->as_array()->get(i);
+        reader_.problem(element ? element->source() : listen->source(),
+                        fmt::format("'admin.listen[{}]' = \"{}\" is also in [gateway] listen; expected the admin "
+                                    "endpoint on an address (or systemd socket name) of its own",
+                                    i, admin.text));
+      }
+    }
   }
 
   // The key a library's setting comes from in messages: its own, else the one in [defaults].

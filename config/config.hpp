@@ -119,13 +119,25 @@ struct Gateway {
   bool operator==(const Gateway&) const = default;
 };
 
+// [admin]: the HTTP endpoint for operators (metrics, health, status). Off when the table is absent.
+struct Admin {
+  std::vector<ListenAddress> listen;  // required in the table; empty: no admin endpoint
+  std::vector<Network> allow_from;    // empty: every address
+
+  bool operator==(const Admin&) const = default;
+};
+
 struct Config {
   std::string path;  // the file it was loaded from
   Gateway gateway;
+  Admin admin;
   std::vector<Library> libraries;
 
   const Library* find_library(std::string_view name) const;
 };
+
+// The same library settings, wherever the table stands in the file.
+bool same_settings(const Library& a, const Library& b);
 
 // All problems found in a file, each "FILE:LINE:COLUMN: what is wrong".
 struct ConfigError : std::runtime_error {

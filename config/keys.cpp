@@ -156,7 +156,9 @@ constexpr std::pair<std::string_view, std::string_view> kLogLevels[] = {
     {"debug", "debug"}, {"info", "info"}, {"warn", "warn"}, {"error", "error"}};
 constexpr std::pair<std::string_view, std::string_view> kLogFormats[] = {{"text", "text"}, {"json", "json"}};
 
-void load_listen(Reader& reader, const toml::node& node, const std::string& key, Gateway& gateway) {
+// [gateway] listen and [admin] listen: the same address forms.
+template <class Model>
+void load_listen(Reader& reader, const toml::node& node, const std::string& key, Model& gateway) {
   auto* array = node.as_array();
   if (!array) return reader.wrong_type(node, key, "an array of strings such as [\"tcp://127.0.0.1:8271\"]");
   std::vector<ListenAddress> listen;
@@ -192,7 +194,8 @@ void load_listen(Reader& reader, const toml::node& node, const std::string& key,
   gateway.listen = std::move(listen);
 }
 
-void load_allow_from(Reader& reader, const toml::node& node, const std::string& key, Gateway& gateway) {
+template <class Model>
+void load_allow_from(Reader& reader, const toml::node& node, const std::string& key, Model& gateway) {
   auto* array = node.as_array();
   if (!array) return reader.wrong_type(node, key, "an array of strings such as [\"10.0.0.0/8\", \"::1\"]");
   std::vector<Network> networks;
@@ -332,6 +335,7 @@ std::string_view home_of(std::string_view name) {
     if (key.name == name && key.in_defaults) return has(gateway_keys(), name) ? "" : "[defaults] or [[library]]";
   if (has(library_keys(), name)) return "each [[library]]";
   if (has(gateway_keys(), name)) return "[gateway]";
+  if (has(admin_keys(), name)) return "[admin]";
   if (has(rlimit_keys(), name)) return "an rlimits table";
   return "";
 }
@@ -349,7 +353,7 @@ const std::vector<Key<Gateway>>& gateway_keys() {
        .doc = "Addresses to accept client connections on: `tcp://HOST:PORT`, or sockets systemd passes "
               "(socket activation): `systemd:NAME` takes those named `NAME` (`FileDescriptorName=` in the .socket "
               "unit), `systemd` every passed socket no other entry names.",
-       .load = load_listen},
+       .load = load_listen<Gateway>},
       choice("log_level", &Gateway::log_level, kLogLevels, "a log level",
              "Least severe messages logged, to stderr.", /*hints=*/false),
       choice("log_format", &Gateway::log_format, kLogFormats, "a log format",
@@ -392,7 +396,7 @@ const std::vector<Key<Gateway>>& gateway_keys() {
        .default_text = code("[]", "every address"),
        .range = "each network at most once",
        .doc = "The client addresses allowed to connect; a connection from any other is closed without being served.",
-       .load = load_allow_from},
+       .load = load_allow_from<Gateway>},
       // Below 64 KiB a single ordinary keyword call could not wait: surely a value written without its unit.
       size("max_pending_bytes", &Gateway::max_pending_bytes, {.zero_ok = false, .min = 64 * 1024},
            "Most bytes of request text one connection may have waiting for a worker; a request beyond it is "
@@ -413,6 +417,28 @@ const std::vector<Key<Gateway>>& gateway_keys() {
               "gateway (a child subreaper): `true` ends it (SIGTERM, then SIGKILL after the longest `shutdown_grace` "
               "of all libraries) and reaps it; "
               "`false` leaves it running and only reaps it when it exits."),
+  };
+  return keys;
+}
+
+const std::vector<Key<Admin>>& admin_keys() {
+  static const std::vector<Key<Admin>> keys = {
+      {.name = "listen",
+       .type = "array of strings",
+       .default_text = "required",
+       .range = "at least one; each at most once",
+       .doc = "Addresses of the HTTP endpoint (`/metrics`, `/livez`, `/readyz`, `/status`), in the forms of "
+              "`[gateway] listen`; `systemd:NAME` takes a socket of that name, and a bare `systemd` in "
+              "`[gateway] listen` leaves it alone.",
+       .missing = "the addresses of the admin endpoint, such as listen = [\"tcp://127.0.0.1:9271\"]",
+       .load = load_listen<Admin>},
+      {.name = "allow_from",
+       .type = "array of strings (networks)",
+       .default_text = code("[]", "every address"),
+       .range = "each network at most once",
+       .doc = "The addresses allowed to use the endpoint; a connection from any other is closed without an answer. "
+              "Independent of `[gateway] allow_from`.",
+       .load = load_allow_from<Admin>},
   };
   return keys;
 }

@@ -33,6 +33,10 @@ std::string reference_markdown() {
   return "\n### `[gateway]` (optional table)\n\n"
          "The gateway itself: where it listens, its limits, and who may connect.\n\n" +
          table(detail::gateway_keys(), false) +
+         "\n### `[admin]` (optional table)\n\n"
+         "The HTTP endpoint for operators: Prometheus metrics, health checks and a status page. Off when the "
+         "table is absent.\n\n" +
+         table(detail::admin_keys(), false) +
          "\n### `[[library]]` (one or more tables)\n\n"
          "Keys that each `[[library]]` sets for itself:\n\n" +
          table(detail::library_keys(), false) +

@@ -17,6 +17,7 @@ packages=(
   lintian                                  # the package's test (deploy/package-check.sh): no lintian errors
   systemd                                  # systemd-analyze (unit security rating, verify), systemd-sysusers/-tmpfiles
                                            # (package test), systemd-socket-activate (socket activation tests)
+  prometheus                               # promtool checks /metrics (admin_test); its server is not wanted here
 )
 
 packages+=("$@")
@@ -34,4 +35,8 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Only promtool is used: a Prometheus server the package started would scrape and listen for nothing.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && [[ -d /run/systemd/system ]]; then
+    systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
+  fi
 fi

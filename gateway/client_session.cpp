@@ -1,6 +1,7 @@
 #include "gateway/client_session.hpp"
 
 #include "common/log.hpp"
+#include "common/protocol/json_text.hpp"
 #include "common/protocol/protocol.hpp"
 #include "gateway/pickle_guard.hpp"
 #include "gateway/argument_guard.hpp"
@@ -29,6 +30,35 @@ Failure from(const workers::WorkerError& e) {
 // worker imported with no arguments ahead of time (prewarm_import): the two are the same import. Other
 // members of the params do not make it one with arguments (a choice): the protocol defines no other
 // member that shapes the instance, and the SDK ignores them; such members then never reach the worker.
+// PASS or FAIL, from a RunKeywordResult: a keyword failed when the result has an "error" object. A
+// failure's result usually holds little else, with "error" first: a large result is judged by its first
+// member, so that the metrics never cost a pass over it.
+workers::KeywordOutcome keyword_outcome(std::string_view result) {
+  constexpr std::size_t kWalkAtMost = 4096;
+  auto skip_space = [](std::string_view& s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r')) s.remove_prefix(1);
+  };
+  std::string_view rest = result;
+  skip_space(rest);
+  if (rest.starts_with('{')) {
+    rest.remove_prefix(1);
+    skip_space(rest);
+    if (rest.starts_with("\"error\"")) {
+      rest.remove_prefix(7);
+      skip_space(rest);
+      if (rest.starts_with(':')) {
+        rest.remove_prefix(1);
+        skip_space(rest);
+        return rest.starts_with('{') ? workers::KeywordOutcome::fail : workers::KeywordOutcome::pass;
+      }
+    }
+  }
+  if (result.size() > kWalkAtMost) return workers::KeywordOutcome::pass;
+  const auto members = jsontext::members(result);
+  const auto* error = jsontext::find(members, "error");
+  return error && error->kind == jsontext::Kind::object ? workers::KeywordOutcome::fail : workers::KeywordOutcome::pass;
+}
+
 bool without_arguments(const params::ImportLibrary& p) {
   auto empty = [&](const std::optional<Slice>& value) {
     if (!value) return true;
@@ -73,9 +103,11 @@ class CallRelay final : public workers::CallObserver {
 };
 }  // namespace
 
-ClientSession::ClientSession(GatewayContext& context, workers::LeaseSource& leases,
-                             std::weak_ptr<Connection> connection, std::string name, asio::any_io_executor executor)
+ClientSession::ClientSession(GatewayContext& context, std::shared_ptr<const config::Config> config,
+                             workers::LeaseSource& leases, std::weak_ptr<Connection> connection, std::string name,
+                             asio::any_io_executor executor)
     : context_(context),
+      config_(std::move(config)),
       leases_(leases),
       connection_(std::move(connection)),
       name_(std::move(name)),
@@ -151,9 +183,12 @@ asio::awaitable<std::optional<PickleRefusal>> ClientSession::refuse_answer_pickl
         co_await asio::co_spawn(*context_.offload, std::move(check), asio::use_awaitable);
     log::debug("{}: an answer of library {} with {} bytes of values: pickles checked off the event loop", name_,
                library.name, first.second.size() + second.second.size());
+    if (verdict) workers::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, workers::Direction::out);
     co_return verdict;
   }
-  co_return gateway::refuse_pickles(library, {{first.first, first.second}, {second.first, second.second}});
+  auto verdict = gateway::refuse_pickles(library, {{first.first, first.second}, {second.first, second.second}});
+  if (verdict) workers::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, workers::Direction::out);
+  co_return verdict;
 }
 
 asio::awaitable<void> ClientSession::precheck(const Message& message, asio::any_io_executor pool) {
@@ -164,15 +199,15 @@ asio::awaitable<void> ClientSession::precheck(const Message& message, asio::any_
   std::optional<PrecheckValues> found =
       co_await asio::co_spawn(pool, bind_for_precheck(&message, run), asio::use_awaitable);
   if (!found) co_return;
-  const config::Library* library = nullptr;
+  std::shared_ptr<const config::Library> library;
   if (run) {
     if (const Import* import = tokens_.find(found->key)) library = import->config;
   } else {
-    library = context_.router.resolve(found->key);
+    library = context_.router.resolve(found->key).library;
   }
   if (!library || library->pickle == config::PicklePolicy::allow) co_return;
   std::optional<PickleRefusal> verdict =
-      co_await asio::co_spawn(pool, refuse_pickles_on_pool(library, &*found), asio::use_awaitable);
+      co_await asio::co_spawn(pool, refuse_pickles_on_pool(library.get(), &*found), asio::use_awaitable);
   log::debug("{}: {} of {} bytes: params bound and pickles checked off the event loop", name_, message.method(),
              message.text().size());
   prechecked_.emplace(Prechecked{&message, library, std::move(found->values), std::move(verdict)});
@@ -181,16 +216,21 @@ asio::awaitable<void> ClientSession::precheck(const Message& message, asio::any_
 std::optional<PickleRefusal> ClientSession::refuse_argument_pickles(
     const config::Library& library, std::initializer_list<std::pair<std::string_view, std::string_view>> values) {
   // The verdict computed off the loop applies when the handler asks about exactly the same values.
-  if (prechecked_ && prechecked_->library == &library && prechecked_->values.size() == values.size()) {
+  if (prechecked_ && prechecked_->library.get() == &library && prechecked_->values.size() == values.size()) {
     bool same = true;
     std::size_t i = 0;
     for (const auto& [path, text] : values) {
       const auto& [p, t] = prechecked_->values[i++];
       same = same && p == path && t == text;
     }
-    if (same) return prechecked_->verdict;
+    if (same) {
+      if (prechecked_->verdict) workers::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, workers::Direction::in);
+      return prechecked_->verdict;
+    }
   }
-  return gateway::refuse_pickles(library, values);
+  auto verdict = gateway::refuse_pickles(library, values);
+  if (verdict) workers::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, workers::Direction::in);
+  return verdict;
 }
 
 void ClientSession::spawn(asio::awaitable<void> task, std::string what) {
@@ -220,7 +260,7 @@ void ClientSession::handle(const Message& message) {
   // A request beyond either limit is answered at once. One request is always admitted when nothing
   // else waits: its size is bounded by max_message_bytes.
   if (message.kind == Message::Kind::request) {
-    const auto& gw = context_.config.gateway;
+    const auto& gw = config_->gateway;
     if (requests_in_flight_ >= gw.max_pending_requests) {
       log::warn("{}: refused request {} ({}): {} requests unanswered (max_pending_requests)", name_,
                 log::printable(message.id_text(), 40), message.method(), requests_in_flight_);
@@ -281,9 +321,24 @@ void ClientSession::on_initialize(const Message& request, params::Initialize) {
 
 void ClientSession::on_initialized(const Message&) {}
 
+void ClientSession::count_imports() {
+  if (auto c = connection_.lock()) c->imports_open->store(tokens_.size(), std::memory_order_relaxed);
+}
+
 void ClientSession::on_import_library(const Message& request, params::ImportLibrary params) {
   Reply reply(shared_from_this(), request);
-  const config::Library* library = context_.router.resolve(params.name);
+  auto route = context_.router.resolve(params.name);
+  const config::Library* library = route.library.get();
+  if (!library && route.removed) {
+    json::array available;
+    for (auto& name : context_.router.names()) available.emplace_back(name);
+    reply.error(protocol::kUnknownLibrary,
+                fmt::format("Library '{}' was removed from the gateway's configuration by a reload: it takes no new "
+                            "imports (imports made before the reload run until finalized). Available libraries: {}.",
+                            params.name, context_.router.available()),
+                json::serialize(json::object{{"library", params.name}, {"removed", true}, {"available", std::move(available)}}));
+    return;
+  }
   if (!library) {
     json::array available;
     for (auto& name : context_.router.names()) available.emplace_back(name);
@@ -298,21 +353,28 @@ void ClientSession::on_import_library(const Message& request, params::ImportLibr
     reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
     return;
   }
-  spawn(import_library(std::move(reply), std::move(params), *library), "import_library");
+  spawn(import_library(std::move(reply), std::move(params), std::move(route.library)), "import_library");
 }
 
 asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportLibrary params,
-                                                    const config::Library& library) {
-  log::info("{}: importing library {}", name_, library.name);
+                                                    std::shared_ptr<const config::Library> route) {
+  const config::Library* settings = route.get();
+  log::info("{}: importing library {}", name_, settings->name);
+  auto& metrics = context_.metrics.library(settings->name);
+  struct Outcome {
+    workers::LibraryMetrics& metrics;
+    bool ok = false;
+    ~Outcome() { workers::LibraryMetrics::add(metrics.imports, ok ? workers::ImportOutcome::ok : workers::ImportOutcome::error); }
+  } outcome{metrics};
   std::shared_ptr<workers::Lease> lease;
   std::optional<Failure> acquire_failure;
   try {
     // Only an import without arguments may get an instance imported ahead of time (prewarm_import).
     auto acquiring =
-        without_arguments(params) ? leases_.acquire_without_arguments(library) : leases_.acquire(library);
+        without_arguments(params) ? leases_.acquire_without_arguments(*settings) : leases_.acquire(*settings);
     lease = co_await std::move(acquiring);
   } catch (const workers::WorkerError& e) {
-    log::warn("{}: import of {} failed: {}", name_, library.name, e.what());
+    log::warn("{}: import of {} failed: {}", name_, settings->name, e.what());
     acquire_failure = from(e);
   }
   if (acquire_failure) {
@@ -320,6 +382,10 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
     reply.error(acquire_failure->code, acquire_failure->message, acquire_failure->data_json);
     co_return;
   }
+
+  // The worker's settings govern the import: a reload between the lookup and the grant changed them.
+  if (auto granted = lease->settings()) route = std::move(granted);
+  const config::Library& library = *route;
 
   // A worker that imported the library ahead of time (prewarm_import) answers an import without
   // arguments with that import: the same checks apply to its answer below, and nothing is sent to the
@@ -387,7 +453,7 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
     co_return;
   }
 
-  Import import{TokenMap::new_token(library.name), library.name, worker_token->token, lease, &library};
+  Import import{TokenMap::new_token(library.name), library.name, worker_token->token, lease, route, &metrics};
   // Before the ending_ check: nothing may suspend between it and adding the import.
   co_await room_for_answer();
   if (ending_) {
@@ -399,6 +465,8 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
             imported_ahead ? " (warm, imported ahead of time)" : lease->prewarmed() ? " (warm)" : "");
   auto answer_text = to_client(*answer, *worker_token, reply.id_text(), import.token);
   tokens_.add(std::move(import));
+  count_imports();
+  outcome.ok = true;
   reply.send(std::move(answer_text));
 }
 
@@ -435,6 +503,7 @@ void ClientSession::on_run_keyword(const Message& request, params::RunKeyword pa
 
 asio::awaitable<void> ClientSession::run_keyword(Reply reply, std::string worker_params, std::string keyword,
                                                  Import import) {
+  const auto began = std::chrono::steady_clock::now();
   std::optional<Message> answer;
   std::optional<Failure> failure;
   try {
@@ -449,6 +518,14 @@ asio::awaitable<void> ClientSession::run_keyword(Reply reply, std::string worker
     refused = co_await refuse_answer_pickles(
         *import.config, {"result", answer->kind == Message::Kind::response ? answer->result_text() : ""},
         {"error.data", answer->error_data_text()});
+  if (import.metrics) {
+    import.metrics->keyword_seconds.observe(std::chrono::steady_clock::now() - began);
+    const auto outcome = failure ? (failure->code == protocol::kWorkerTimeout ? workers::KeywordOutcome::timeout
+                                                                              : workers::KeywordOutcome::error)
+                         : refused || answer->kind != Message::Kind::response ? workers::KeywordOutcome::error
+                                                                              : keyword_outcome(answer->result_text());
+    workers::LibraryMetrics::add(import.metrics->keywords, outcome);
+  }
   co_await room_for_answer();  // nothing suspends between here and the answer
   if (failure) {
     reply.error(failure->code, failure->message, failure->data_json);
@@ -463,6 +540,7 @@ asio::awaitable<void> ClientSession::run_keyword(Reply reply, std::string worker
 void ClientSession::on_finalize_library(const Message& request, params::FinalizeLibrary params) {
   Reply reply(shared_from_this(), request);
   auto import = tokens_.remove(params.token);
+  count_imports();
   if (!import) {
     reply.error(protocol::kUnknownToken,
                 fmt::format("Unknown library token '{}': it was not issued on this connection, or it was already "
@@ -513,7 +591,9 @@ asio::awaitable<void> ClientSession::end(std::string why) {
   ending_ = true;
   // Every import ends in the background, all at once (each may take its grace period): dedicated
   // workers are stopped, which fails their calls in flight; shared ones finalize the instance.
-  for (auto& import : tokens_.take_all()) {
+  auto all = tokens_.take_all();
+  count_imports();
+  for (auto& import : all) {
     auto what = "end import of " + import.library;
     spawn(end_import(import.lease, finalize_params(import), why), std::move(what));
   }

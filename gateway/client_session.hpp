@@ -27,8 +27,9 @@ class ClientSession : public ServerMethods,
                       public workers::CallObserver,
                       public std::enable_shared_from_this<ClientSession> {
  public:
-  ClientSession(GatewayContext& context, workers::LeaseSource& leases, std::weak_ptr<Connection> connection,
-                std::string name, asio::any_io_executor executor);
+  // config: the configuration when the client connected, which its limits come from.
+  ClientSession(GatewayContext& context, std::shared_ptr<const config::Config> config, workers::LeaseSource& leases,
+                std::weak_ptr<Connection> connection, std::string name, asio::any_io_executor executor);
   ~ClientSession() override;
 
   // One message from the client, classified by the transport.
@@ -86,13 +87,16 @@ class ClientSession : public ServerMethods,
   // Runs a request handler as its own coroutine, so reading goes on.
   void spawn(asio::awaitable<void> task, std::string what);
 
-  asio::awaitable<void> import_library(Reply reply, params::ImportLibrary params, const config::Library& library);
+  asio::awaitable<void> import_library(Reply reply, params::ImportLibrary params,
+                                       std::shared_ptr<const config::Library> route);
   asio::awaitable<void> run_keyword(Reply reply, std::string worker_params, std::string keyword, Import import);
   asio::awaitable<void> finalize_library(Reply reply, Import import);
+  void count_imports();  // for /status
   static asio::awaitable<void> end_import(std::shared_ptr<workers::Lease> lease, std::string finalize_params,
                                           std::string why);
 
   GatewayContext& context_;
+  std::shared_ptr<const config::Config> config_;
   workers::LeaseSource& leases_;
   std::weak_ptr<Connection> connection_;
   std::string name_;
@@ -103,7 +107,7 @@ class ClientSession : public ServerMethods,
   std::size_t pending_bytes_ = 0;       // the text of those requests, in bytes
   struct Prechecked {
     const Message* message;  // the message it was computed for: it applies to that one only
-    const config::Library* library;
+    std::shared_ptr<const config::Library> library;
     std::vector<std::pair<std::string, std::string_view>> values;  // views into the message being handled
     std::optional<PickleRefusal> verdict;
   };

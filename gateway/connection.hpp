@@ -3,6 +3,9 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <atomic>
+#include <cstddef>
+#include <memory>
 #include <string>
 
 namespace rjg::gateway {
@@ -25,6 +28,10 @@ class Connection {
   virtual bool closing() const = 0;
   // Completes once close() has finished its work.
   virtual asio::awaitable<void> wait_closed() = 0;
+
+  // Imports the session holds now, for /status: the session writes it on its loop, the server reads it
+  // on loop 0 (it keeps its own reference, so it never touches the connection from there).
+  const std::shared_ptr<std::atomic<std::size_t>> imports_open = std::make_shared<std::atomic<std::size_t>>(0);
 };
 
 }  // namespace rjg::gateway

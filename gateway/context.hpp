@@ -11,6 +11,8 @@
 #include "workers/supervisor/worker.hpp"
 
 #include <atomic>
+#include <memory>
+#include <mutex>
 #include <cstdint>
 #include <vector>
 
@@ -25,9 +27,24 @@ struct GatewayContext {
   GatewayContext(asio::any_io_executor executor, const config::Config& config, std::string version,
                  std::optional<asio::any_io_executor> offload = std::nullopt,
                  std::vector<asio::any_io_executor> loops = {})
-      : executor(executor), config(config), offload(offload), router(config), reaper(executor),
-        version(std::move(version)), worker_options(make_worker_options(config, this->version, offload)),
-        pools(executor, config, reaper, worker_options, std::move(loops)) {}
+      : GatewayContext(executor, std::make_shared<const config::Config>(config), std::move(version), offload,
+                       std::move(loops)) {}
+  GatewayContext(asio::any_io_executor executor, std::shared_ptr<const config::Config> config, std::string version,
+                 std::optional<asio::any_io_executor> offload, std::vector<asio::any_io_executor> loops)
+      : executor(executor), offload(offload), router(config), reaper(executor), version(std::move(version)),
+        worker_options(make_worker_options(*config, this->version, offload)),
+        pools(executor, config, reaper, worker_options, metrics, std::move(loops)), config_(std::move(config)) {}
+
+  // The configuration now: loaded at start, replaced by each successful reload (on loop 0). A session
+  // takes it once, when it connects, and keeps it: limits apply to new connections.
+  std::shared_ptr<const config::Config> config() const {
+    std::lock_guard lock(config_mutex_);
+    return config_;
+  }
+  void set_config(std::shared_ptr<const config::Config> config) {
+    std::lock_guard lock(config_mutex_);
+    config_ = std::move(config);
+  }
 
   static workers::WorkerOptions make_worker_options(const config::Config& config, const std::string& version,
                                                     std::optional<asio::any_io_executor> offload) {
@@ -40,12 +57,12 @@ struct GatewayContext {
   }
 
   asio::any_io_executor executor;
-  const config::Config& config;
   std::optional<asio::any_io_executor> offload;
   Router router;
   workers::ChildReaper reaper;
   std::string version;
   workers::WorkerOptions worker_options;
+  workers::Metrics metrics;  // for /metrics: sessions, imports, keywords, workers (the pools count theirs)
   workers::WorkerPools pools;
 
   // Requests being answered right now, across all sessions and loops (for STATUS= and the metrics).
@@ -56,6 +73,10 @@ struct GatewayContext {
 
   void request_started() { ++requests_in_flight; }
   void request_finished() { --requests_in_flight; }
+
+ private:
+  mutable std::mutex config_mutex_;
+  std::shared_ptr<const config::Config> config_;
 };
 
 }  // namespace rjg::gateway

@@ -39,7 +39,8 @@ constexpr const char* kUsage = R"(usage: robot-jsonrpc-gateway --config FILE
 Serves Robot Framework JsonRpcRemote clients and runs every imported library in a worker process
 of its own. Logs go to stderr. SIGTERM or SIGINT: stop accepting; the sessions already open go on
 working until they end or [gateway] drain_timeout passes; then end every worker and exit 0. A second
-signal kills the workers at once.
+signal kills the workers at once. SIGHUP: read FILE again; a file with problems changes nothing, a good
+one applies to new connections and imports without cutting any session.
 )";
 
 // One event loop: an io_context run by one thread, whose services can be shut down before anything is
@@ -124,9 +125,13 @@ int run(const std::string& path) {
   }
   std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> keep;
   for (auto& loop : others) keep.push_back(boost::asio::make_work_guard(*loop));
+  // SIGHUP is caught from here on (asio keeps one that arrives before the handler below waits): its
+  // default action would end the gateway, and a reload may race the start.
+  boost::asio::signal_set hangups(io, SIGHUP);
   rjg::gateway::Server server(io, config, RJG_VERSION, loops);
   try {
     server.listen(passed);
+    server.listen_admin(passed);
     passed.close_untaken();
   } catch (const std::exception& e) {
     rjg::log::error("{}", e.what());
@@ -142,9 +147,21 @@ int run(const std::string& path) {
     });
   }
   server.start();
+  server.set_ready();
   // Every listener is bound and prewarming has begun: systemd may start what depends on the gateway.
   rjg::gateway::ServiceNotifications notifications(std::move(notifier), loops, [&server] { return server.status_text(); });
   notifications.ready();
+
+  // SIGHUP: reload the file. Handled here, on loop 0, where the listeners and the pools live; each signal
+  // is one reload, from start to end (a reload does not wait for anything).
+  std::function<void(const boost::system::error_code&, int)> on_hangup = [&](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    notifications.reloading();
+    server.reload(path);
+    notifications.reloaded();
+    hangups.async_wait(on_hangup);
+  };
+  hangups.async_wait(on_hangup);
 
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
   int received = 0;
@@ -156,6 +173,7 @@ int run(const std::string& path) {
       boost::asio::co_spawn(io, server.shutdown([&] { notifications.stopping(); }), [&](std::exception_ptr e) {
         rjg::log_exceptions("shutdown")(e);
         signals.cancel();
+        hangups.cancel();
         io.stop();
       });
     } else {

@@ -1,8 +1,13 @@
-// Library name -> configured route. An empty name means the first configured library.
+// Library name -> configured route. An empty name means the first configured library. A reload
+// replaces the table while sessions on every loop resolve names: each lookup takes the table under a
+// lock and keeps the configuration it came from alive as long as the route is held.
 #pragma once
 
 #include "config/config.hpp"
 
+#include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,16 +16,29 @@ namespace rjg::gateway {
 
 class Router {
  public:
-  explicit Router(const config::Config& config) : config_(config) {}
+  struct Route {
+    std::shared_ptr<const config::Library> library;  // none: not served
+    bool removed = false;  // not served, but it was before a reload removed it from the configuration
+  };
 
-  // nullptr when the configuration does not serve this library.
-  const config::Library* resolve(std::string_view name) const;
+  explicit Router(std::shared_ptr<const config::Config> config);
+  // A reload: the new configuration; a name served before and not now is "removed" from now on.
+  void update(std::shared_ptr<const config::Config> config);
+
+  Route resolve(std::string_view name) const;
   // "A, B, C"
   std::string available() const;
   std::vector<std::string> names() const;
 
  private:
-  const config::Config& config_;
+  struct Table {
+    std::shared_ptr<const config::Config> config;
+    std::set<std::string, std::less<>> removed;
+  };
+  std::shared_ptr<const Table> table() const;
+
+  mutable std::mutex mutex_;
+  std::shared_ptr<const Table> table_;
 };
 
 }  // namespace rjg::gateway

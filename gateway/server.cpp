@@ -8,6 +8,7 @@
 #include "common/protocol/message.hpp"
 #include "common/protocol/protocol.hpp"
 #include "common/runtime/loops.hpp"
+#include "workers/supervisor/spawn.hpp"
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -17,6 +18,7 @@
 #include <boost/asio/ip/v6_only.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <csignal>
 
@@ -46,66 +48,196 @@ Server::Server(asio::io_context& io, const config::Config& config, std::string v
       sessions_gone_(io.get_executor()) {}
 
 void Server::listen(PassedSockets& passed, const std::vector<std::string>& named_elsewhere) {
+  const auto config = context_.config();
   // Names that "systemd:NAME" entries take, so that a bare "systemd" leaves those sockets to them.
   std::vector<std::string> named = named_elsewhere;
-  for (const auto& address : context_.config.gateway.listen)
+  for (const auto& address : config->gateway.listen)
     if (!address.fd_name.empty()) named.push_back(address.fd_name);
-  for (const auto& address : context_.config.gateway.listen) {
-    if (address.kind == config::ListenAddress::Kind::systemd) {
-      for (int fd : passed.take(address, named)) adopt(fd, address.text);
-      continue;
-    }
-    tcp::resolver resolver(io_);
-    boost::system::error_code ec;
-    auto results = resolver.resolve(address.host, std::to_string(address.port),
-                                    tcp::resolver::numeric_service | tcp::resolver::passive, ec);
-    if (ec || results.empty())
-      throw std::runtime_error(fmt::format("cannot resolve listen address {}: {}", address.text, ec.message()));
-    for (const auto& entry : results) {
-      auto acceptor = std::make_unique<tcp::acceptor>(io_);
-      auto endpoint = entry.endpoint();
-      acceptor->open(endpoint.protocol(), ec);
-      if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
-      if (!ec && endpoint.protocol() == tcp::v6()) acceptor->set_option(asio::ip::v6_only(true), ec);
-      if (!ec) acceptor->bind(endpoint, ec);
-      if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
-      if (ec) {
-        throw std::runtime_error(fmt::format("cannot listen on {} ({}:{}): {}", address.text,
-                                             endpoint.address().to_string(), endpoint.port(), ec.message()));
-      }
-      log::info("listening on {}", endpoint_text(acceptor->local_endpoint(ec)));
-      acceptors_.push_back(std::move(acceptor));
-    }
-  }
+  for (const auto& address : config->admin.listen)
+    if (!address.fd_name.empty()) named.push_back(address.fd_name);
+  for (const auto& address : config->gateway.listen)
+    for (auto& listener : open_entry(address, &passed, named)) listeners_.push_back(std::move(listener));
 }
 
-void Server::adopt(int fd, const std::string& entry) {
-  // The socket is bound and listening already (PassedSockets checked): it only needs its protocol.
-  sockaddr_storage address{};
-  socklen_t size = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
-  auto acceptor = std::make_unique<tcp::acceptor>(io_);
+std::vector<Server::Listener> Server::open_entry(const config::ListenAddress& address, PassedSockets* passed,
+                                                 const std::vector<std::string>& named) {
+  std::vector<Listener> opened;
+  if (address.kind == config::ListenAddress::Kind::systemd) {
+    if (!passed)
+      throw std::runtime_error(fmt::format("listen entry \"{}\": systemd passes sockets only when it starts the "
+                                           "gateway; restart it to listen there",
+                                           address.text));
+    for (int fd : passed->take(address, named)) {
+      // The socket is bound and listening already (PassedSockets checked): it only needs its protocol.
+      sockaddr_storage bound{};
+      socklen_t size = sizeof bound;
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &size);
+      auto acceptor = std::make_shared<tcp::acceptor>(io_);
+      boost::system::error_code ec;
+      acceptor->assign(bound.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
+      if (ec) throw std::runtime_error(fmt::format("listen entry \"{}\": cannot use fd {}: {}", address.text, fd, ec.message()));
+      log::info("listening on {} (socket passed by systemd, fd {}, for \"{}\")",
+                endpoint_text(acceptor->local_endpoint(ec)), fd, address.text);
+      opened.push_back({address.text, std::move(acceptor)});
+    }
+    return opened;
+  }
+  tcp::resolver resolver(io_);
   boost::system::error_code ec;
-  acceptor->assign(address.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
-  if (ec) throw std::runtime_error(fmt::format("listen entry \"{}\": cannot use fd {}: {}", entry, fd, ec.message()));
-  log::info("listening on {} (socket passed by systemd, fd {}, for \"{}\")", endpoint_text(acceptor->local_endpoint(ec)),
-            fd, entry);
-  acceptors_.push_back(std::move(acceptor));
+  auto results = resolver.resolve(address.host, std::to_string(address.port),
+                                  tcp::resolver::numeric_service | tcp::resolver::passive, ec);
+  if (ec || results.empty())
+    throw std::runtime_error(fmt::format("cannot resolve listen address {}: {}", address.text, ec.message()));
+  for (const auto& entry : results) {
+    auto acceptor = std::make_shared<tcp::acceptor>(io_);
+    auto endpoint = entry.endpoint();
+    acceptor->open(endpoint.protocol(), ec);
+    if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec && endpoint.protocol() == tcp::v6()) acceptor->set_option(asio::ip::v6_only(true), ec);
+    if (!ec) acceptor->bind(endpoint, ec);
+    if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      // What this entry opened so far closes with `opened`.
+      throw std::runtime_error(fmt::format("cannot listen on {} ({}:{}): {}", address.text,
+                                           endpoint.address().to_string(), endpoint.port(), ec.message()));
+    }
+    log::info("listening on {}", endpoint_text(acceptor->local_endpoint(ec)));
+    opened.push_back({address.text, std::move(acceptor)});
+  }
+  return opened;
 }
 
 void Server::start() {
   context_.pools.start();
-  for (auto& acceptor : acceptors_) {
-    boost::system::error_code ec;
-    auto bound = acceptor->local_endpoint(ec);
-    std::string address = fmt::format("{}:{}", bound.address().to_string(), bound.port());
-    asio::co_spawn(io_, accept_loop(*acceptor, address), log_exceptions("listener " + address));
-  }
+  started_ = true;
+  for (const auto& listener : listeners_) start_accepting(listener);
 }
 
-asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor, std::string address) {
-  while (!stopping_) {
-    auto [ec, socket] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
+void Server::start_accepting(const Listener& listener) {
+  boost::system::error_code ec;
+  auto bound = listener.acceptor->local_endpoint(ec);
+  std::string address = fmt::format("{}:{}", bound.address().to_string(), bound.port());
+  asio::co_spawn(io_, accept_loop(listener.acceptor, address), log_exceptions("listener " + address));
+}
+
+bool Server::reload(const std::string& path) {
+  if (stopping_) {
+    log::warn("reload: ignored, the gateway is shutting down");
+    return false;
+  }
+  log::info("reload: reading {}", path);
+  const auto before = context_.config();
+  std::vector<std::string> problems;
+  std::shared_ptr<config::Config> next;
+  try {
+    next = std::make_shared<config::Config>(config::load_file(path));
+    problems = workers::check_libraries(*next);
+  } catch (const config::ConfigError& e) {
+    problems = e.problems;
+  }
+  auto fail = [&](std::vector<std::string> why) {
+    for (const auto& problem : why) log::error("reload: {}", problem);
+    reload_problem_ = fmt::format("reload failed: {} problem{} in {}; serving the previous configuration", why.size(),
+                                  why.size() == 1 ? "" : "s", path);
+    log::error("reload: {} (nothing changed; fix the file and reload again)", reload_problem_);
+    context_.metrics.reloads_failed.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  };
+  if (!problems.empty()) return fail(std::move(problems));
+
+  // What cannot change while running keeps its value, and the log says so; the rest applies.
+  auto& gw = next->gateway;
+  std::vector<std::string> notes;  // logged once the reload is sure to apply
+  if (gw.threads != before->gateway.threads) {
+    notes.push_back(fmt::format("[gateway] threads changed from {} to {}: that needs a restart; the event loops "
+                                "stay as they are",
+                                before->gateway.threads, gw.threads));
+    gw.threads = before->gateway.threads;
+  }
+  for (auto limit : {&config::Gateway::max_message_bytes, &config::Gateway::max_header_bytes}) {
+    if (gw.*limit != before->gateway.*limit)
+      notes.push_back(fmt::format("[gateway] {} changed: a lower value applies to new client connections, a higher "
+                                  "one only after a restart (workers keep the limit they started with)",
+                                  limit == &config::Gateway::max_message_bytes ? "max_message_bytes" : "max_header_bytes"));
+  }
+
+  // Listeners: the entries no longer listed close (their sessions stay); new ones open. A new address that
+  // cannot be opened fails the whole reload, before anything has changed.
+  auto listed = [](const config::Config& c, const std::string& text) {
+    return std::any_of(c.gateway.listen.begin(), c.gateway.listen.end(), [&](auto& a) { return a.text == text; });
+  };
+  std::vector<Listener> opened;
+  std::vector<config::ListenAddress> kept_listen;
+  for (const auto& address : gw.listen) {
+    if (listed(*before, address.text)) {
+      kept_listen.push_back(address);
+      continue;
+    }
+    if (address.kind == config::ListenAddress::Kind::systemd) {
+      notes.push_back(fmt::format("listen entry \"{}\" is new: systemd passes sockets only at start, so it needs a "
+                                  "restart",
+                                  address.text));
+      continue;
+    }
+    try {
+      for (auto& listener : open_entry(address, nullptr, {})) opened.push_back(std::move(listener));
+    } catch (const std::exception& e) {
+      for (auto& listener : opened) {
+        boost::system::error_code ignored;
+        listener.acceptor->close(ignored);
+      }
+      return fail({e.what()});
+    }
+    kept_listen.push_back(address);
+  }
+  // systemd entries that could not be added stay out of the configuration in force.
+  gw.listen = std::move(kept_listen);
+  std::erase_if(listeners_, [&](Listener& listener) {
+    if (listed(*next, listener.entry)) return false;
+    boost::system::error_code ignored, ec;
+    log::info("reload: no longer listening on {} (\"{}\"); its sessions go on", endpoint_text(listener.acceptor->local_endpoint(ec)),
+              listener.entry);
+    if (listener.entry.starts_with("systemd"))
+      log::warn("reload: systemd still holds the socket of \"{}\": clients that connect there now wait unserved; "
+                "remove it from the .socket unit as well",
+                listener.entry);
+    listener.acceptor->close(ignored);
+    return true;
+  });
+  for (auto& listener : opened) {
+    if (started_) start_accepting(listener);
+    listeners_.push_back(std::move(listener));
+  }
+
+  // [admin]: who may connect applies to new connections; its addresses need a restart.
+  if (next->admin.listen != before->admin.listen) {
+    notes.push_back("[admin] listen changed: that needs a restart; the admin endpoint stays where it is");
+    next->admin.listen = before->admin.listen;
+  }
+  if (admin_) admin_->set_allow_from(next->admin.allow_from);
+  for (const auto& note : notes) log::warn("reload: {}", note);
+
+  // Everything else: from now on.
+  std::shared_ptr<const config::Config> applied = std::move(next);
+  context_.set_config(applied);
+  context_.router.update(applied);
+  const auto changes = context_.pools.reload(applied);
+  if (log::Level level; log::parse_level(applied->gateway.log_level, level)) log::set_level(level);
+  if (log::Format format; log::parse_format(applied->gateway.log_format, format)) log::set_format(format);
+  reload_problem_.clear();
+  context_.metrics.reloads_ok.fetch_add(1, std::memory_order_relaxed);
+  context_.metrics.last_reload_seconds =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto names = [](const std::vector<std::string>& v) { return v.empty() ? std::string("none") : fmt::format("{}", fmt::join(v, ", ")); };
+  log::info("reload: applied {}: libraries added: {}; removed: {}; changed: {}; unchanged: {}", path,
+            names(changes.added), names(changes.removed), names(changes.changed), changes.unchanged);
+  return true;
+}
+
+asio::awaitable<void> Server::accept_loop(std::shared_ptr<tcp::acceptor> acceptor, std::string address) {
+  while (!stopping_ && acceptor->is_open()) {
+    auto [ec, socket] = co_await acceptor->async_accept(asio::as_tuple(asio::use_awaitable));
+    // A connection accepted just before its listener closed (a reload) is served all the same.
     if (stopping_ || ec == asio::error::operation_aborted) break;
     if (ec) {
       // Typically out of file descriptors: back off instead of spinning on the same error.
@@ -117,20 +249,25 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor, std::string a
     auto peer = socket.remote_endpoint(ec);
     if (ec) continue;  // already gone
     const auto client = peer.address().to_string();
-    if (!allowed(peer.address())) {
+    // The limits in force when the connection arrives; the session keeps them (a reload applies to new ones).
+    const auto config = context_.config();
+    const auto& gw = config->gateway;
+    if (!allowed(gw, peer.address())) {
       // Nothing is said to an address that may not connect at all.
       log::warn("listener {}: refused a connection from {}: not in [gateway] allow_from", address, client);
+      context_.metrics.refuse(workers::Refusal::allow_from);
       socket.close(ec);
       continue;
     }
-    const auto& gw = context_.config.gateway;
     if (gw.max_sessions && sessions_.size() >= gw.max_sessions) {
+      context_.metrics.refuse(workers::Refusal::max_sessions);
       refuse(std::move(socket), client,
              fmt::format("The gateway serves at most {} sessions at once (max_sessions) and is full; retry later.",
                          gw.max_sessions));
       continue;
     }
     if (gw.max_sessions_per_client && per_client_[client] >= gw.max_sessions_per_client) {
+      context_.metrics.refuse(workers::Refusal::max_sessions_per_client);
       refuse(std::move(socket), client,
              fmt::format("This client address ({}) already has {} sessions, the most allowed "
                          "(max_sessions_per_client); close some, or retry later.",
@@ -147,11 +284,13 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor, std::string a
       continue;
     }
     auto number = next_session_++;
+    context_.metrics.sessions_total.fetch_add(1, std::memory_order_relaxed);
     auto name = fmt::format("session {} ({}:{})", number, client, peer.port());
     // Made here, started on its loop: nothing of it runs on this one.
     auto session = std::make_shared<StreamConnection<FdStream>>(FdStream(loop, fd), context_, context_.pools,
                                                                 std::move(name), offload_.get_executor());
-    sessions_[number] = Live{loop, session};
+    sessions_[number] = Live{loop, session, fmt::format("{}:{}", client, peer.port()), std::chrono::steady_clock::now(),
+                             session->imports_open};
     ++per_client_[client];
     // Forget sessions once they are gone, so neither map grows with every connection: the session's loop
     // awaits its end, this loop forgets it.
@@ -170,8 +309,8 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor, std::string a
   }
 }
 
-bool Server::allowed(const asio::ip::address& address) const {
-  const auto& networks = context_.config.gateway.allow_from;
+bool Server::allowed(const config::Gateway& gateway, const asio::ip::address& address) {
+  const auto& networks = gateway.allow_from;
   if (networks.empty()) return true;
   for (const auto& net : networks) {
     if (address.is_v4()) {
@@ -213,15 +352,15 @@ asio::awaitable<void> Server::closed(std::weak_ptr<Connection> connection) {
 asio::awaitable<void> Server::shutdown(std::function<void()> drain_begun) {
   stopping_ = true;
   context_.draining = true;
-  for (auto& acceptor : acceptors_) {
+  for (auto& listener : listeners_) {
     boost::system::error_code ignored;
-    acceptor->close(ignored);
+    listener.acceptor->close(ignored);
   }
   if (drain_begun) drain_begun();
   // The sessions already open go on working, imports and keywords alike, so that no suite is cut at its
   // next keyword; a load balancer has stopped sending new ones (/readyz). They end by themselves, or
   // are closed when drain_timeout passes.
-  const auto drain = context_.config.gateway.drain_timeout;
+  const auto drain = context_.config()->gateway.drain_timeout;
   log::info("draining: no new connections; {} sessions ({} requests in flight) may go on for up to {}s",
             sessions_.size(), context_.requests_in_flight.load(), drain.count() / 1000.0);
   const auto deadline = AsyncEvent::clock::now() + drain;
@@ -248,6 +387,7 @@ asio::awaitable<void> Server::shutdown(std::function<void()> drain_begun) {
   for (auto& session : live) co_await run_on(session.loop, closed(session.connection));
   // Ends every worker left: prewarmed and shared ones.
   co_await context_.pools.shutdown();
+  if (admin_) admin_->stop();
   log::info("shutdown complete");
 }
 
@@ -264,6 +404,7 @@ std::string Server::status_text() const {
                                  context_.pools.live() == 1 ? "" : "s", context_.pools.waiting(),
                                  context_.pools.waiting() == 1 ? "" : "s");
   if (context_.draining) text = fmt::format("draining: {} requests in flight; ", context_.requests_in_flight.load()) + text;
+  if (!reload_problem_.empty()) text += "; " + reload_problem_;
   return text;
 }
 

@@ -3,13 +3,18 @@
 
 #include "common/runtime/async_event.hpp"
 #include "gateway/context.hpp"
+#include "gateway/admin_http.hpp"
 #include "gateway/connection.hpp"
+#include "gateway/heartbeat.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <chrono>
 #include <functional>
+#include <optional>
+#include <string>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -25,12 +30,18 @@ class Server {
   // over, loop 0 included (none: loop 0 only).
   Server(asio::io_context& io, const config::Config& config, std::string version,
          std::vector<asio::any_io_executor> loops = {});
+  ~Server();
 
   // Binds every configured address, and takes the sockets systemd passed for "systemd" entries (a bare
   // "systemd" leaves the names in named_elsewhere to other listeners); throws std::runtime_error naming
   // the address on failure.
   void listen(PassedSockets& passed, const std::vector<std::string>& named_elsewhere = {});
   void start();
+  // SIGHUP, on loop 0: reads and checks `path` as --check-config does. A file with problems changes
+  // nothing (each problem is logged, and STATUS= says so). A good one applies to what comes next: new
+  // connections get the new limits, new imports the new libraries and settings; listeners open and
+  // close; what runs keeps its settings. Returns whether it applied.
+  bool reload(const std::string& path);
   // Stops accepting; the sessions already open go on working until they end or drain_timeout passes;
   // then closes those left (which ends their workers and answers what still runs with an error), ends
   // every other worker, and returns once all of that is done.
@@ -43,10 +54,24 @@ class Server {
   // for systemd's STATUS=.
   std::string status_text() const;
 
+  // The admin endpoint's pages (admin.cpp), on loop 0: /metrics, /livez, /readyz, /status; nullopt: 404.
+  std::optional<HttpResponse> admin_page(std::string_view path) const;
+  // Listening and serving: /readyz says 200 from here until the drain begins.
+  void set_ready() { ready_ = true; }
+  // The admin listeners of the configuration: opened like [gateway] listen (systemd: NAME too).
+  void listen_admin(PassedSockets& passed);
+
  private:
-  void adopt(int fd, const std::string& entry);
-  asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, std::string address);
-  bool allowed(const asio::ip::address& address) const;
+  struct Listener {
+    std::string entry;  // the listen entry it serves, as written
+    std::shared_ptr<tcp::acceptor> acceptor;
+  };
+  // The listeners of one entry, bound (tcp) or taken from what systemd passed; throws on failure.
+  std::vector<Listener> open_entry(const config::ListenAddress& address, PassedSockets* passed,
+                                   const std::vector<std::string>& named);
+  void start_accepting(const Listener& listener);
+  asio::awaitable<void> accept_loop(std::shared_ptr<tcp::acceptor> acceptor, std::string address);
+  static bool allowed(const config::Gateway& gateway, const asio::ip::address& address);
   // On the session's loop: completes once it is closed (at once if it is gone).
   static asio::awaitable<void> closed(std::weak_ptr<Connection> connection);
   // Answers a connection over a limit with a JSON-RPC error naming the limit, then closes it.
@@ -58,6 +83,9 @@ class Server {
   struct Live {
     asio::any_io_executor loop;  // where the session runs: it is closed and awaited there
     std::weak_ptr<Connection> connection;
+    std::string peer;  // "10.1.2.3:51234"
+    std::chrono::steady_clock::time_point since;
+    std::shared_ptr<std::atomic<std::size_t>> imports;  // the connection's imports_open
   };
 
   asio::io_context& io_;
@@ -65,12 +93,21 @@ class Server {
   std::size_t next_loop_ = 0;
   asio::thread_pool offload_{kOffloadThreads};
   GatewayContext context_;
-  std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
+  std::vector<Listener> listeners_;
+  bool started_ = false;
+  std::string reload_problem_;  // the last reload failed: why, for STATUS=
   std::unordered_map<std::uint64_t, Live> sessions_;  // loop 0's
   std::unordered_map<std::string, std::size_t> per_client_;  // live sessions per source address
   std::uint64_t next_session_ = 1;
   AsyncEvent sessions_gone_;  // set whenever the last session is forgotten (the drain waits for it)
   bool stopping_ = false;
+  bool ready_ = false;
+  const std::chrono::system_clock::time_point started_at_ = std::chrono::system_clock::now();
+  std::unique_ptr<AdminHttpServer> admin_;
+  std::unique_ptr<LoopHeartbeat> heartbeat_;
+
+  std::string metrics_text() const;
+  std::string status_json() const;
 };
 
 }  // namespace rjg::gateway

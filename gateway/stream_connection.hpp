@@ -44,12 +44,17 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   StreamConnection(Stream stream, GatewayContext& context, workers::LeaseSource& leases, std::string name,
                    std::optional<asio::any_io_executor> offload = std::nullopt)
       : context_(context),
+        config_(context.config()),
         leases_(leases),
         name_(std::move(name)),
-        stream_(StreamOptions{FramingLimits{context.config.gateway.max_message_bytes,
-                                            context.config.gateway.max_header_bytes},
-                              FrameReader::Mode::strict, JsonLimits{context.config.gateway.max_json_depth,
-                                                                   context.config.gateway.max_object_members},
+        // Never more than workers accept (their limits are fixed at start): a message a worker could not
+        // take would end it, and every import it holds.
+        stream_(StreamOptions{FramingLimits{std::min(config_->gateway.max_message_bytes,
+                                                     context.worker_options.framing.max_message_bytes),
+                                            std::min(config_->gateway.max_header_bytes,
+                                                     context.worker_options.framing.max_header_bytes)},
+                              FrameReader::Mode::strict,
+                              JsonLimits{config_->gateway.max_json_depth, config_->gateway.max_object_members},
                               kClientHighWater},
                 std::move(stream)),
         closed_(stream_.get_executor()),
@@ -65,7 +70,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   void start() {
     log::info("{}: connected", name_);
     auto self = this->shared_from_this();
-    session_ = std::make_shared<ClientSession>(context_, leases_, this->weak_from_this(), name_, stream_.get_executor());
+    session_ = std::make_shared<ClientSession>(context_, config_, leases_, this->weak_from_this(), name_, stream_.get_executor());
     stream_.on_partial_frame = [this] { watchdog_wake_.set(); };
     stream_.on_write_queue_full([this] { watchdog_wake_.set(); });
     auto ex = stream_.get_executor();
@@ -78,14 +83,17 @@ class StreamConnection final : public Connection, public std::enable_shared_from
 
   // Connection
   const std::string& name() const override { return name_; }
-  void send(std::string json_text) override { stream_.send(json_text); }
+  void send(std::string json_text) override {
+    context_.metrics.bytes_out.fetch_add(json_text.size(), std::memory_order_relaxed);
+    stream_.send(json_text);
+  }
   asio::awaitable<void> wait_for_room() override { co_await stream_.wait_for_room(); }
   bool closing() const override { return closing_; }
   void session_idle() override {
     last_activity_ = clock::now();
     // The watchdog is woken only if it would sleep past the new idle deadline: after most keywords it
     // already wakes earlier (and then plans anew), so an answer costs no extra pass of the loop.
-    const auto idle = context_.config.gateway.idle_timeout;
+    const auto idle = config_->gateway.idle_timeout;
     if (idle.count() > 0 && watchdog_until_ > last_activity_ + idle) watchdog_wake_.set();
   }
   asio::awaitable<void> wait_closed() override { co_await closed_.wait(); }
@@ -135,6 +143,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
       }
       if (in.kind == Incoming::Kind::message) {
         last_activity_ = clock::now();
+        context_.metrics.bytes_in.fetch_add(in.message->text().size(), std::memory_order_relaxed);
         session_->handle(*in.message);
       } else if (in.kind == Incoming::Kind::invalid) {
         last_activity_ = clock::now();
@@ -158,7 +167,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   // write_timeout is watched until the connection is closed, teardown included (answers then still
   // wait for room): a client that stopped reading is cut off, and nothing waits for it any longer.
   asio::awaitable<void> watchdog() {
-    const auto& gw = context_.config.gateway;
+    const auto& gw = config_->gateway;
     auto seconds = [](config::Duration d) { return fmt::format("{:g}s", static_cast<double>(d.count()) / 1000.0); };
     while (!closed_.is_set()) {
       if (auto since = stream_.write_stalled_since(); since && !abandoned_) {
@@ -239,6 +248,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   }
 
   GatewayContext& context_;
+  std::shared_ptr<const config::Config> config_;  // as when the client connected: its limits
   workers::LeaseSource& leases_;
   std::string name_;
   MessageStream<Stream> stream_;

@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include <cerrno>
+#include <ctime>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -221,6 +222,21 @@ void ServiceNotifications::ready() {
                 : "");
   refresh_status();
   if (notifier_.watchdog_every()) watchdog_tick();
+}
+
+void ServiceNotifications::reloading() {
+  if (!notifier_.active() || stopping_) return;
+  // systemd (253 and later) matches RELOADING=1 to the reload it started by this monotonic time stamp.
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  const auto usec = static_cast<unsigned long long>(now.tv_sec) * 1000000ull + static_cast<unsigned long long>(now.tv_nsec) / 1000;
+  notifier_.send(fmt::format("RELOADING=1\nMONOTONIC_USEC={}", usec));
+}
+
+void ServiceNotifications::reloaded() {
+  if (!notifier_.active() || stopping_) return;
+  last_status_ = status_();
+  notifier_.send("READY=1\nSTATUS=" + last_status_);
 }
 
 void ServiceNotifications::stopping() {

@@ -103,6 +103,10 @@ class ServiceNotifications {
 
   // Every listener is bound and prewarming has begun.
   void ready();
+  // A reload (SIGHUP) begins: RELOADING=1 with MONOTONIC_USEC=.
+  void reloading();
+  // It ended, applied or not: READY=1 again, with the status (which says when it failed).
+  void reloaded();
   // The drain begins.
   void stopping();
 

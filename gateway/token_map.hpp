@@ -6,6 +6,7 @@
 #include "common/protocol/message.hpp"
 #include "common/protocol/params.hpp"
 #include "config/config.hpp"
+#include "workers/supervisor/metrics.hpp"
 #include "workers/supervisor/lease.hpp"
 
 #include <memory>
@@ -22,7 +23,8 @@ struct Import {
   std::string library;       // configured library name
   std::string worker_token;  // what the worker issued
   std::shared_ptr<workers::Lease> lease;  // the only way to the worker; ended when the import ends
-  const config::Library* config = nullptr;
+  std::shared_ptr<const config::Library> config;  // its settings (the configuration at its import)
+  workers::LibraryMetrics* metrics = nullptr;     // its library's counters (none in unit tests' fakes)
 };
 
 class TokenMap {

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <regex>
 
@@ -111,6 +112,39 @@ TEST_F(SystemdTest, ReadyOnceServingStatusAsSessionsComeAndStoppingWhenTheDrainB
   EXPECT_EQ(*stopping, "STOPPING=1\nSTATUS=draining: 0 requests in flight; 1 session, 1 worker, 0 imports waiting");
   client.exit();  // the drain ends with the last session
   EXPECT_TRUE(gateway().wait(30s).has_value()) << "the gateway did not exit after SIGTERM";
+}
+
+// SIGHUP: RELOADING=1 with the monotonic time, then READY=1 once the reload is done; a file with a
+// problem also ends with READY=1 (the gateway serves on), and its STATUS= says the reload failed.
+TEST_F(SystemdTest, ReloadingThenReadyOnSighup) {
+  NotifySocket socket((dir_.path() / "notify").string());
+  start_notifying(socket.name());
+  ASSERT_TRUE(socket.until("READY=1"));
+
+  timespec before{};
+  ::clock_gettime(CLOCK_MONOTONIC, &before);
+  gateway().signal(SIGHUP);
+  auto reloading = socket.until("RELOADING=1");
+  ASSERT_TRUE(reloading) << "no RELOADING=1 after SIGHUP";
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(*reloading, m, std::regex("RELOADING=1\nMONOTONIC_USEC=([0-9]+)"))) << *reloading;
+  const auto usec = std::stoull(m[1].str());
+  EXPECT_GE(usec, static_cast<unsigned long long>(before.tv_sec) * 1000000ull) << "not CLOCK_MONOTONIC";
+  auto ready = socket.until("READY=1");
+  ASSERT_TRUE(ready) << "no READY=1 after the reload";
+  EXPECT_TRUE(ready->starts_with("READY=1\nSTATUS=") && !contains(*ready, "reload failed")) << *ready;
+
+  write_file(gateway().config_path(), "[gateway\n");
+  gateway().signal(SIGHUP);
+  ASSERT_TRUE(socket.until("RELOADING=1"));
+  ready = socket.until("READY=1");
+  ASSERT_TRUE(ready) << "no READY=1 after a failed reload";
+  EXPECT_TRUE(contains(*ready, "reload failed: 1 problem in " + gateway().config_path().string() +
+                                   "; serving the previous configuration"))
+      << *ready;
+  auto [client, token] = session();
+  auto echo = client.run_keyword(token, "Echo", json::array{"still served"});
+  RJG_ASSERT_KEYWORD_OK(echo);
 }
 
 TEST_F(SystemdTest, AnAbstractSocketIsNamedWithAnAt) {

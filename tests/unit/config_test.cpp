@@ -234,7 +234,7 @@ command = ["a"]
 environment = { A = "1" }
 )");
   ASSERT_EQ(found.size(), 4u) << ::testing::PrintToString(found);
-  expect_problem(found[0], 1, {"gatway", "did you mean 'gateway'", "gateway, defaults, library"});
+  expect_problem(found[0], 1, {"gatway", "did you mean 'gateway'", "gateway, admin, defaults, library"});
   expect_problem(found[1], 5, {"log_levl", "log_level", "[gateway]"});
   expect_problem(found[2], 8, {"startup", "[defaults]", "did you mean 'startup_timeout'", "startup_timeout, shutdown_grace"});
   expect_problem(found[3], 13, {"environment", "[[library]]"});
@@ -385,6 +385,24 @@ listen = [
   expect_problem(found[2], 5, {"gateway.listen[2]", "without spaces or ':'"});
   expect_problem(found[3], 7, {"gateway.listen[4]", "listed twice"});
   expect_problem(found[4], 9, {"gateway.listen[6]", "listed twice"});
+}
+
+// [admin]: its own listen (required in the table) and allow_from; never an address of [gateway].
+TEST_F(ConfigTest, AdminTable) {
+  auto config = load(std::string("[admin]\nlisten = [\"tcp://127.0.0.1:9271\", \"systemd:admin\"]\nallow_from = [\"10.0.0.0/8\"]\n") +
+                     kMinimal);
+  ASSERT_EQ(config.admin.listen.size(), 2u);
+  EXPECT_EQ(config.admin.listen[0].port, 9271);
+  EXPECT_EQ(config.admin.listen[1].fd_name, "admin");
+  ASSERT_EQ(config.admin.allow_from.size(), 1u);
+  EXPECT_TRUE(load(kMinimal).admin.listen.empty()) << "no [admin]: no endpoint";
+
+  expect_one_problem(std::string("[admin]\nallow_from = []\n") + kMinimal, 1, {"[admin] has no 'listen'", "9271"});
+  expect_one_problem(std::string("[gateway]\nlisten = [\"tcp://127.0.0.1:8271\"]\n[admin]\nlisten = [\"tcp://127.0.0.1:8271\"]\n") +
+                         kMinimal,
+                     4, {"admin.listen[0]", "also in [gateway] listen"});
+  expect_one_problem(std::string("[admin]\nlisten = [\"http://127.0.0.1:9271\"]\n") + kMinimal, 2,
+                     {"admin.listen[0]", "tcp://"});
 }
 
 TEST_F(ConfigTest, BadPort) {
@@ -1436,6 +1454,10 @@ TEST_F(ConfigTest, EveryDefaultInTheReferenceIsTheDefault) {
       EXPECT_EQ(load(kMinimal + key + " = " + value + "\n").libraries.at(0), plain.libraries[0]);
     } else if (table.starts_with("### `[[library]]`")) {
       EXPECT_EQ(load(kMinimal + key + " = " + value + "\n").libraries.at(0), plain.libraries[0]);
+    } else if (table.starts_with("### `[admin]`")) {
+      const auto admin = "[admin]\nlisten = [\"tcp://127.0.0.1:9271\"]\n" + std::string(kMinimal);
+      EXPECT_EQ(load("[admin]\nlisten = [\"tcp://127.0.0.1:9271\"]\n" + key + " = " + value + "\n" + kMinimal).admin,
+                load(admin).admin);
     } else {
       ADD_FAILURE() << "a default in an unexpected table";
     }

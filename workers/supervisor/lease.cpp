@@ -171,6 +171,7 @@ class PoolLease final : public Lease {
 
  private:
   const config::Library& library() const { return grant_.pool->library(); }
+  std::shared_ptr<const config::Library> settings() const override { return grant_.pool->library_ptr(); }
   const std::shared_ptr<Worker>& held() const {
     if (!grant_.worker) throw WorkerError(protocol::kWorkerFailed, "bug: a call through a released lease");
     return grant_.worker;
@@ -202,15 +203,29 @@ class PoolLease final : public Lease {
 }  // namespace
 
 // The pool decides on its own loop; a dedicated worker it starts for the import lives on the session's.
+// The pool is looked up there too: a reload replaces pools on that loop.
+asio::awaitable<Grant> WorkerPools::acquire_named(std::string name, bool without_arguments, asio::any_io_executor home) {
+  const auto asked = std::chrono::steady_clock::now();
+  for (;;) {
+    // pool() throws when a reload removed the library; an empty grant: a reload retired that pool while
+    // the import waited, so it goes to the one in force now.
+    auto& p = pool(name);
+    auto grant = co_await p.acquire(without_arguments, home);
+    if (!grant.worker) continue;
+    p.metrics_.queue_wait_seconds.observe(std::chrono::steady_clock::now() - asked);
+    co_return grant;
+  }
+}
+
 asio::awaitable<std::shared_ptr<Lease>> WorkerPools::acquire(const config::Library& library) {
   const auto home = co_await asio::this_coro::executor;
-  auto grant = co_await run_on(executor_, pool(library).acquire(false, home));
+  auto grant = co_await run_on(executor_, acquire_named(library.name, false, home));
   co_return std::make_shared<PoolLease>(std::move(grant), executor_);
 }
 
 asio::awaitable<std::shared_ptr<Lease>> WorkerPools::acquire_without_arguments(const config::Library& library) {
   const auto home = co_await asio::this_coro::executor;
-  auto grant = co_await run_on(executor_, pool(library).acquire(true, home));
+  auto grant = co_await run_on(executor_, acquire_named(library.name, true, home));
   co_return std::make_shared<PoolLease>(std::move(grant), executor_);
 }
 

@@ -26,6 +26,9 @@ class Lease {
   // server_info.name from the worker's robot/initialize answer ("" when unknown): whether the worker
   // evaluates argument strings as Robot data follows from it (gateway/argument_guard.hpp).
   virtual std::string server_name() const { return {}; }
+  // The settings the worker was started with (a reload may have changed the library since the session
+  // resolved it); none: the session's own are right (fakes in tests).
+  virtual std::shared_ptr<const config::Library> settings() const { return nullptr; }
   // prewarm_import: the worker's answer to the import without arguments it made ahead of time, given
   // once. The session answers its import with it and sends no import of its own. Nothing otherwise.
   virtual std::optional<Message> take_preimported() { return std::nullopt; }

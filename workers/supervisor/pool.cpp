@@ -82,18 +82,31 @@ struct Ending {
   bool on_purpose = false;
   bool died_busy = false;
   std::string death;
+  ExitReason reason = ExitReason::normal;  // for the metrics
 };
 
 asio::awaitable<Ending> ending_of(std::shared_ptr<Worker> worker) {
   co_await worker->wait_gone();
-  co_return Ending{worker->stopped_on_purpose(), worker->died_busy(), worker->death()};
+  Ending ending{worker->stopped_on_purpose(), worker->died_busy(), worker->death()};
+  const auto& why = worker->stop_reason();
+  const auto status = worker->exit_status();
+  // SIGKILL or SIGTERM from elsewhere (the OOM killer, an operator): killed. Any other end of its own
+  // (an exit, SIGSEGV, SIGABRT): a crash.
+  if (!ending.on_purpose)
+    ending.reason = status && status->signaled && (status->signal == SIGKILL || status->signal == SIGTERM)
+                        ? ExitReason::killed
+                        : ExitReason::crash;
+  else if (why.starts_with("recycled")) ending.reason = ExitReason::recycled;
+  else if (why.find("keyword_timeout") != std::string::npos) ending.reason = ExitReason::timeout;
+  co_return ending;
 }
 }  // namespace
 
 // --- LibraryPool -----------------------------------------------------------------------------
 
-LibraryPool::LibraryPool(WorkerPools& owner, const config::Library& library, std::size_t index)
-    : owner_(owner), library_(library), index_(index), prewarm_wake_(owner.executor_) {}
+LibraryPool::LibraryPool(WorkerPools& owner, std::shared_ptr<const config::Library> library, std::size_t index)
+    : owner_(owner), library_(std::move(library)), index_(index), metrics_(owner.metrics_.library(library_->name)),
+      prewarm_wake_(owner.executor_) {}
 
 bool LibraryPool::in_backoff() const { return failures_ >= 2 && clock::now() < retry_at_; }
 
@@ -101,7 +114,7 @@ std::string LibraryPool::backoff_message() const {
   return fmt::format("Library '{}' is backing off: {} worker starts or crashes failed in a row (last: {}). The next "
                      "worker start is allowed in {}; imports that need a new worker fail until then. Check the "
                      "library's command and its log lines in the gateway's log.",
-                     library_.name, failures_, last_failure_, duration_text(retry_at_ - clock::now()));
+                     library_->name, failures_, last_failure_, duration_text(retry_at_ - clock::now()));
 }
 
 void LibraryPool::record_failure(const std::string& what) {
@@ -110,7 +123,7 @@ void LibraryPool::record_failure(const std::string& what) {
   if (failures_ >= 2) {
     auto delay = std::min<clock::duration>(kBackoffBase * (1u << std::min<std::size_t>(failures_ - 2, 16)), kBackoffMax);
     retry_at_ = clock::now() + delay;
-    log::warn("library {}: {} failures in a row; next worker start in {}", library_.name, failures_,
+    log::warn("library {}: {} failures in a row; next worker start in {}", library_->name, failures_,
               duration_text(delay));
   }
 }
@@ -121,7 +134,7 @@ std::shared_ptr<Worker> LibraryPool::pick_shared(bool idle_only) {
   for (auto& w : workers_) {
     auto& slot = slots_.at(w.get());
     if (slot.draining || !w->alive() || w->state() == Worker::State::stopping) continue;
-    if (slot.imports >= library_.max_imports_per_worker) continue;
+    if (slot.imports >= library_->max_imports_per_worker) continue;
     if (idle_only && w->state() != Worker::State::idle) continue;
     if (!best || slot.imports < best_imports) {
       best = w;
@@ -132,13 +145,16 @@ std::shared_ptr<Worker> LibraryPool::pick_shared(bool idle_only) {
 }
 
 asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments, std::optional<asio::any_io_executor> home) {
-  const auto deadline = clock::now() + library_.queue_timeout;
-  const bool shared = library_.isolation == config::Isolation::shared;
+  const auto deadline = clock::now() + library_->queue_timeout;
+  const bool shared = library_->isolation == config::Isolation::shared;
   // A shared worker serves sessions of every loop: it lives on the pools' loop.
   const asio::any_io_executor where = shared || !home ? owner_.executor_ : *home;
   for (;;) {
     if (stopping_)
       throw WorkerError(protocol::kShuttingDown, "The gateway is shutting down and starts no new workers.");
+    // A reload replaced or removed the library while this import waited: it goes to the pool in force
+    // (WorkerPools::acquire_named), never to a worker of the old settings.
+    if (retired_) co_return Grant{};
     if (shared) {
       if (auto w = pick_shared(true)) {
         ++slots_.at(w.get()).imports;
@@ -165,7 +181,7 @@ asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments, std::optiona
         ++slot.imports;
         Grant grant{w, this, true, std::move(slot.preimported)};
         slot.preimported.reset();
-        log::info("library {}: import served by prewarmed worker pid {}{}", library_.name, w->pid(),
+        log::info("library {}: import served by prewarmed worker pid {}{}", library_->name, w->pid(),
                   !grant.preimported      ? ""
                   : without_arguments ? " with the instance it imported ahead of time"
                                       : " (its instance imported ahead of time is finalized: this import has "
@@ -175,7 +191,7 @@ asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments, std::optiona
     }
     if (owner_.has_capacity(*this)) {
       if (in_backoff())
-        throw WorkerError(protocol::kWorkerFailed, backoff_message(), json::object{{"library", library_.name}});
+        throw WorkerError(protocol::kWorkerFailed, backoff_message(), json::object{{"library", library_->name}});
       auto w = co_await start_worker(false, where);
       ++slots_.at(w.get()).imports;
       prewarm_wake_.set();
@@ -190,18 +206,21 @@ asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments, std::optiona
     }
     // At capacity. Make room by ending an idle worker another library keeps warm, then wait.
     owner_.evict_idle_prewarmed(this);
-    if (!co_await owner_.wait_for_capacity(deadline)) {
-      std::string cap = library_.max_workers
+    ++waiting_;
+    const bool room = co_await owner_.wait_for_capacity(deadline);
+    --waiting_;
+    if (!room) {
+      std::string cap = library_->max_workers
                             ? fmt::format("{} of its max_workers {} run", workers_.size() + starting_,
-                                          library_.max_workers)
+                                          library_->max_workers)
                             : fmt::format("{} of its workers run", workers_.size() + starting_);
       throw WorkerError(protocol::kAtCapacity,
                         fmt::format("Library '{}' is at capacity: {}, and the gateway runs {} workers (max_workers "
                                     "{}). The import waited {} (queue_timeout). Retry later, finalize unused "
                                     "imports, or raise max_workers.",
-                                    library_.name, cap, owner_.live_, owner_.config_.gateway.max_workers,
-                                    duration_text(library_.queue_timeout)),
-                        json::object{{"library", library_.name}});
+                                    library_->name, cap, owner_.live_, owner_.config_->gateway.max_workers,
+                                    duration_text(library_->queue_timeout)),
+                        json::object{{"library", library_->name}});
     }
   }
 }
@@ -214,7 +233,7 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
   std::optional<WorkerError> failure;
   try {
     // Started on its own loop, where it lives from now on.
-    worker = co_await run_on(home, Worker::start(home, library_, owner_.reaper_, owner_.options_));
+    worker = co_await run_on(home, Worker::start(home, *library_, owner_.reaper_, owner_.options_));
   } catch (const WorkerError& e) {
     failure = e;
   }
@@ -226,7 +245,7 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
     owner_.capacity_changed();
     if (in_backoff()) {
       std::string message = failure->what();
-      message += fmt::format(" (Library '{}' now backs off: further starts wait {}.)", library_.name,
+      message += fmt::format(" (Library '{}' now backs off: further starts wait {}.)", library_->name,
                              duration_text(retry_at_ - clock::now()));
       throw WorkerError(failure->code, std::move(message), failure->data);
     }
@@ -234,18 +253,23 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
   }
   Slot slot;
   slot.born = clock::now();
-  slot.max_keywords = jittered(library_.max_keywords);
-  slot.max_age = jittered(library_.max_age);
-  slot.max_rss = jittered(library_.max_rss);
+  slot.max_keywords = jittered(library_->max_keywords);
+  slot.max_age = jittered(library_->max_age);
+  slot.max_rss = jittered(library_->max_rss);
   slots_[worker.get()] = slot;
   workers_.push_back(worker);
-  log::info("library {}: worker pid {} ready ({}; {} live)", library_.name, worker->pid(),
+  LibraryMetrics::add(metrics_.starts, for_prewarm ? StartKind::prewarmed : StartKind::cold);
+  log::info("library {}: worker pid {} ready ({}; {} live)", library_->name, worker->pid(),
             for_prewarm ? "prewarm" : "cold start for an import", workers_.size());
-  asio::co_spawn(owner_.executor_, watch(worker), log_exceptions("pool watch " + library_.name));
+  asio::co_spawn(owner_.executor_, watch(worker), log_exceptions("pool watch " + library_->name));
   // A shared worker has room for more than the import that started it: imports that queued for
   // capacity meanwhile look again (after this one, which takes its place before they run).
-  if (library_.isolation == config::Isolation::shared) owner_.capacity_changed();
+  if (library_->isolation == config::Isolation::shared) owner_.capacity_changed();
   if (stopping_) co_await run_on(worker->executor(), worker->stop("the gateway is shutting down"));
+  // Started for a retired pool (an import that queued before the reload): it serves that import, then goes.
+  if (retired_ && !stopping_) {
+    if (auto it = slots_.find(worker.get()); it != slots_.end()) it->second.draining = true;
+  }
   co_return worker;
 }
 
@@ -258,6 +282,7 @@ asio::awaitable<void> LibraryPool::watch(std::shared_ptr<Worker> worker) {
   std::erase(workers_, worker);
   std::erase(ready_, worker);
   --owner_.live_;
+  LibraryMetrics::add(metrics_.exits, ending.reason);
   if (counted) {
     // Already counted as a failed start (its import ahead of time failed).
   } else if (ending.on_purpose) {
@@ -268,30 +293,39 @@ asio::awaitable<void> LibraryPool::watch(std::shared_ptr<Worker> worker) {
     if (uptime < kHealthyUptime) record_failure(ending.death);
     else failures_ = 1, last_failure_ = ending.death;
   }
-  log::debug("library {}: worker pid {} gone ({} live)", library_.name, worker->pid(), workers_.size());
+  log::debug("library {}: worker pid {} gone ({} live)", library_->name, worker->pid(), workers_.size());
   owner_.capacity_changed();
 }
 
 asio::awaitable<void> LibraryPool::prewarm_loop() {
-  if (library_.prewarm == 0) co_return;
+  if (library_->prewarm == 0) co_return;
   asio::steady_timer stagger(owner_.executor_, kPrewarmStagger * index_);
   co_await stagger.async_wait(asio::as_tuple(asio::use_awaitable));
-  const bool shared = library_.isolation == config::Isolation::shared;
-  while (!stopping_) {
+  const bool shared = library_->isolation == config::Isolation::shared;
+  while (!stopping_ && !retired_) {
     std::size_t have = (shared ? workers_.size() : ready_.size()) + starting_;
-    if (have < library_.prewarm && owner_.has_capacity(*this) && !in_backoff()) {
+    if (have < library_->prewarm && owner_.has_capacity(*this) && !in_backoff()) {
       try {
         auto worker = co_await start_worker(true, shared ? owner_.executor_ : owner_.next_loop());
+        if (retired_ && !stopping_) {
+          // A reload retired the pool while this one started: nobody will ask for it (shared ones too).
+          co_await run_on(worker->executor(), worker->stop("prewarmed for settings a reload replaced or removed"));
+          continue;
+        }
         bool ready = !shared && !stopping_;
         // A worker counts as started (it holds capacity) while it imports ahead, but is handed out only after.
-        if (ready && library_.prewarm_import) ready = co_await import_ahead(worker);
+        if (ready && library_->prewarm_import) ready = co_await import_ahead(worker);
+        if (ready && retired_) {
+          co_await run_on(worker->executor(), worker->stop("prewarmed for settings a reload replaced or removed"));
+          ready = false;
+        }
         if (ready && !stopping_) {
           ready_.push_back(worker);
           // An import waiting for capacity may take it now (or, with arguments, make room by ending it).
           owner_.capacity_changed();
         }
       } catch (const WorkerError& e) {
-        log::warn("library {}: prewarm start failed: {}", library_.name, e.what());
+        log::warn("library {}: prewarm start failed: {}", library_->name, e.what());
       }
       continue;
     }
@@ -302,7 +336,7 @@ asio::awaitable<void> LibraryPool::prewarm_loop() {
 
 asio::awaitable<bool> LibraryPool::import_ahead(std::shared_ptr<Worker> worker) {
   const pid_t pid = worker->pid();
-  auto logs = std::make_shared<AheadImportLog>(library_.name, pid);
+  auto logs = std::make_shared<AheadImportLog>(library_->name, pid);
   std::optional<Message> answer;
   std::string why;
   bool timed_out = false;
@@ -311,8 +345,8 @@ asio::awaitable<bool> LibraryPool::import_ahead(std::shared_ptr<Worker> worker) 
     answer.emplace(co_await run_on(
         worker->executor(),
         worker->call(protocol::kImportLibrary, std::string(kImportWithoutArguments), logs,
-                     fmt::format("the import of library '{}' ahead of any session", library_.name),
-                     library_.startup_timeout)));
+                     fmt::format("the import of library '{}' ahead of any session", library_->name),
+                     library_->startup_timeout)));
   } catch (const WorkerError& e) {
     why = e.what();
     timed_out = e.code == protocol::kWorkerTimeout;
@@ -328,21 +362,21 @@ asio::awaitable<bool> LibraryPool::import_ahead(std::shared_ptr<Worker> worker) 
     slot->second.preimported = std::move(answer);
     log::info("library {}: prewarmed worker pid {} imported the library ahead of any session; an import without "
               "arguments gets this instance",
-              library_.name, pid);
+              library_->name, pid);
     co_return true;
   }
   log::warn("library {}: the import ahead of any session failed in prewarmed worker pid {}: {}; stopping the worker",
-            library_.name, pid, why);
+            library_->name, pid, why);
   if (slot != slots_.end()) slot->second.failure_counted = true;
   record_failure(fmt::format("the import ahead of any session failed in worker pid {}: {}", pid, why));
   // A worker still busy with the import cannot hear robot/shutdown: it is terminated instead.
   asio::co_spawn(worker->executor(), worker->stop("its import ahead of any session failed", !timed_out),
-                 log_exceptions("import ahead stop " + library_.name));
+                 log_exceptions("import ahead stop " + library_->name));
   co_return false;
 }
 
 void LibraryPool::start_prewarm() {
-  asio::co_spawn(owner_.executor_, prewarm_loop(), log_exceptions("prewarm " + library_.name));
+  asio::co_spawn(owner_.executor_, prewarm_loop(), log_exceptions("prewarm " + library_->name));
 }
 
 asio::awaitable<void> LibraryPool::release(Grant& grant, std::string reason) {
@@ -350,7 +384,7 @@ asio::awaitable<void> LibraryPool::release(Grant& grant, std::string reason) {
   if (!worker) co_return;
   auto slot = slots_.find(worker.get());
   if (slot != slots_.end() && slot->second.imports > 0) --slot->second.imports;
-  if (library_.isolation == config::Isolation::session) {
+  if (library_->isolation == config::Isolation::session) {
     const bool polite = worker->state() != Worker::State::busy;
     co_await run_on(worker->executor(), worker->stop(std::move(reason), polite));
     co_return;
@@ -363,7 +397,7 @@ void LibraryPool::drain(const std::shared_ptr<Worker>& worker, Slot& slot, std::
   if (slot.draining) return;
   slot.draining = true;
   log::info("worker {}[{}]: draining: {}; it takes no new imports and stops after its last one ({} left)",
-            library_.name, worker->pid(), reason, slot.imports);
+            library_->name, worker->pid(), reason, slot.imports);
   if (slot.imports == 0) {
     asio::co_spawn(worker->executor(), worker->stop("recycled: " + reason), log_exceptions("recycle"));
   }
@@ -371,26 +405,42 @@ void LibraryPool::drain(const std::shared_ptr<Worker>& worker, Slot& slot, std::
 }
 
 void LibraryPool::keyword_done(const std::shared_ptr<Worker>& worker) {
-  if (library_.isolation != config::Isolation::shared) return;
+  if (library_->isolation != config::Isolation::shared) return;
   auto it = slots_.find(worker.get());
   if (it == slots_.end()) return;
   auto& slot = it->second;
   ++slot.keywords;
   if (slot.max_keywords && slot.keywords >= slot.max_keywords)
-    drain(worker, slot, fmt::format("served {} keywords (max_keywords {})", slot.keywords, library_.max_keywords));
+    drain(worker, slot, fmt::format("served {} keywords (max_keywords {})", slot.keywords, library_->max_keywords));
   else if (slot.max_age.count() && clock::now() - slot.born >= slot.max_age)
-    drain(worker, slot, fmt::format("older than max_age {}", duration_text(library_.max_age)));
+    drain(worker, slot, fmt::format("older than max_age {}", duration_text(library_->max_age)));
   else if (slot.max_rss) {
     auto rss = worker->resident_bytes();
     if (rss > slot.max_rss)
-      drain(worker, slot, fmt::format("resident memory {} MiB above max_rss {} MiB", rss >> 20, library_.max_rss >> 20));
+      drain(worker, slot, fmt::format("resident memory {} MiB above max_rss {} MiB", rss >> 20, library_->max_rss >> 20));
   }
 }
 
 void LibraryPool::retire(const std::shared_ptr<Worker>& worker, std::string reason) {
   auto it = slots_.find(worker.get());
   if (it != slots_.end()) it->second.draining = true;
-  log::info("worker {}[{}]: retired: {}", library_.name, worker->pid(), reason);
+  log::info("worker {}[{}]: retired: {}", library_->name, worker->pid(), reason);
+}
+
+void LibraryPool::retire(std::string reason) {
+  retired_ = true;
+  prewarm_wake_.set();
+  for (auto& w : ready_)
+    asio::co_spawn(w->executor(), w->stop("prewarmed, never used: " + reason), log_exceptions("retire"));
+  ready_.clear();
+  for (auto& w : workers_) {
+    auto it = slots_.find(w.get());
+    if (it == slots_.end()) continue;
+    if (library_->isolation == config::Isolation::shared) drain(w, it->second, reason);
+    else it->second.draining = true;  // stopped when its import ends, as every dedicated worker
+  }
+  log::info("library {}: {}; its {} worker(s) finish the imports they hold, then stop", library_->name, reason,
+            workers_.size());
 }
 
 void LibraryPool::shutdown() {
@@ -404,10 +454,20 @@ void LibraryPool::shutdown() {
 
 // --- WorkerPools -----------------------------------------------------------------------------
 
-WorkerPools::WorkerPools(asio::any_io_executor executor, const config::Config& config, ChildReaper& reaper,
-                         WorkerOptions options, std::vector<asio::any_io_executor> loops)
-    : executor_(executor), config_(config), reaper_(reaper), options_(std::move(options)), loops_(std::move(loops)) {
+WorkerPools::WorkerPools(asio::any_io_executor executor, std::shared_ptr<const config::Config> config_ptr,
+                         ChildReaper& reaper, WorkerOptions options, Metrics& metrics,
+                         std::vector<asio::any_io_executor> loops)
+    : executor_(executor), config_(std::move(config_ptr)), reaper_(reaper), options_(std::move(options)),
+      metrics_(metrics), loops_(std::move(loops)) {
+  const config::Config& config = *config_;
   if (loops_.empty()) loops_.push_back(executor_);
+  apply_orphan_policy(config);
+  std::size_t index = 0;
+  for (const auto& library : config.libraries)
+    pools_.push_back(std::make_unique<LibraryPool>(*this, std::shared_ptr<const config::Library>(config_, &library), index++));
+}
+
+void WorkerPools::apply_orphan_policy(const config::Config& config) {
   // An orphan cannot be traced to its library, so it gets the longest shutdown_grace of them all: no
   // library's descendant is killed sooner than that library's own worker would be.
   OrphanPolicy orphans;
@@ -416,27 +476,74 @@ WorkerPools::WorkerPools(asio::any_io_executor executor, const config::Config& c
     orphans.grace = config.libraries.front().shutdown_grace;
     for (const auto& library : config.libraries) orphans.grace = std::max(orphans.grace, library.shutdown_grace);
   }
+  // Workers of settings a reload replaced may still leave descendants behind.
+  for (const auto& old : retired_)
+    if (!old->workers_.empty()) orphans.grace = std::max(orphans.grace, old->library().shutdown_grace);
   reaper_.set_orphan_policy(orphans);
-  std::size_t index = 0;
-  for (const auto& library : config.libraries) pools_.push_back(std::make_unique<LibraryPool>(*this, library, index++));
 }
 
-LibraryPool& WorkerPools::pool(const config::Library& library) {
+LibraryPool& WorkerPools::pool(std::string_view name) {
   for (auto& p : pools_)
-    if (&p->library() == &library) return *p;
-  throw std::logic_error("no pool for library " + library.name);
+    if (p->library().name == name) return *p;
+  throw WorkerError(protocol::kUnknownLibrary,
+                    fmt::format("Library '{}' was removed from the gateway's configuration by a reload while this "
+                                "import was on its way; it takes no new imports.",
+                                name),
+                    json::object{{"library", name}, {"removed", true}});
+}
+
+WorkerPools::Changes WorkerPools::reload(std::shared_ptr<const config::Config> config) {
+  Changes changes;
+  std::vector<std::unique_ptr<LibraryPool>> next;
+  std::size_t index = 0;
+  for (const auto& library : config->libraries) {
+    auto old = std::find_if(pools_.begin(), pools_.end(), [&](auto& p) { return p && p->library().name == library.name; });
+    if (old != pools_.end() && config::same_settings((*old)->library(), library)) {
+      ++changes.unchanged;
+      next.push_back(std::move(*old));
+      ++index;
+      continue;
+    }
+    if (old != pools_.end()) {
+      changes.changed.push_back(library.name);
+      (*old)->retire("its settings changed by a reload");
+      retired_.push_back(std::move(*old));
+    } else {
+      changes.added.push_back(library.name);
+    }
+    next.push_back(std::make_unique<LibraryPool>(*this, std::shared_ptr<const config::Library>(config, &library), index++));
+    if (started_) next.back()->start_prewarm();
+  }
+  for (auto& p : pools_) {
+    if (!p) continue;
+    changes.removed.push_back(p->library().name);
+    p->retire("removed from the configuration by a reload");
+    retired_.push_back(std::move(p));
+  }
+  pools_ = std::move(next);
+  config_ = std::move(config);
+  apply_orphan_policy(*config_);
+  capacity_changed();  // a cap may have grown
+  return changes;
 }
 
 asio::any_io_executor WorkerPools::next_loop() { return loops_[next_loop_++ % loops_.size()]; }
 
 void WorkerPools::start() {
+  started_ = true;
   for (auto& p : pools_) p->start_prewarm();
 }
 
 bool WorkerPools::has_capacity(const LibraryPool& pool) const {
   const auto& lib = pool.library();
-  if (lib.max_workers && pool.workers_.size() + pool.starting_ >= lib.max_workers) return false;
-  return config_.gateway.max_workers == 0 || live_ < config_.gateway.max_workers;
+  if (lib.max_workers) {
+    // The library's workers of settings a reload replaced still count against its cap until they stop.
+    std::size_t running = pool.workers_.size() + pool.starting_;
+    for (const auto& old : retired_)
+      if (old->library().name == lib.name) running += old->workers_.size() + old->starting_;
+    if (running >= lib.max_workers) return false;
+  }
+  return config_->gateway.max_workers == 0 || live_ < config_->gateway.max_workers;
 }
 
 asio::awaitable<bool> WorkerPools::wait_for_capacity(AsyncEvent::clock::time_point deadline) {
@@ -498,8 +605,35 @@ void WorkerPools::end_start() {
   next->set();
 }
 
+std::vector<PoolView> WorkerPools::view() const {
+  std::vector<PoolView> out;
+  const auto now = clock::now();
+  auto add = [&](const LibraryPool& p, bool retired) {
+    PoolView v{p.library().name, retired, p.waiting_, p.starting_, {}};
+    for (const auto& w : p.workers_) {
+      const auto slot = p.slots_.find(w.get());
+      const bool draining = slot != p.slots_.end() && slot->second.draining;
+      const auto state = w->state();
+      const char* name = draining || state == Worker::State::stopping ? "draining"
+                         : state == Worker::State::busy              ? "busy"
+                         : state == Worker::State::starting          ? "starting"
+                                                                     : "idle";
+      v.workers.push_back({w->pid(), name,
+                           slot != p.slots_.end() ? std::chrono::duration<double>(now - slot->second.born).count() : 0.0,
+                           w->keywords_run(), slot != p.slots_.end() ? slot->second.imports : 0,
+                           std::find(p.ready_.begin(), p.ready_.end(), w) != p.ready_.end()});
+    }
+    out.push_back(std::move(v));
+  };
+  for (const auto& p : pools_) add(*p, false);
+  for (const auto& p : retired_)
+    if (!p->workers_.empty() || p->starting_ || p->waiting_) add(*p, true);
+  return out;
+}
+
 asio::awaitable<void> WorkerPools::shutdown() {
   for (auto& p : pools_) p->shutdown();
+  for (auto& p : retired_) p->shutdown();
   // Every stop is bounded by its grace periods; this bound only guards against a bug.
   const auto deadline = clock::now() + 5min;
   while (live_ > 0 && clock::now() < deadline) co_await wait_for_capacity(deadline);

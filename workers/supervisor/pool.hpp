@@ -6,6 +6,7 @@
 #include "common/runtime/async_event.hpp"
 #include "config/config.hpp"
 #include "workers/supervisor/lease.hpp"
+#include "workers/supervisor/metrics.hpp"
 #include "workers/supervisor/reaper.hpp"
 #include "workers/supervisor/worker.hpp"
 
@@ -34,7 +35,8 @@ struct Grant {
 
 class LibraryPool {
  public:
-  LibraryPool(WorkerPools& owner, const config::Library& library, std::size_t index);
+  // library: shares ownership of the configuration it is part of (a reload replaces it).
+  LibraryPool(WorkerPools& owner, std::shared_ptr<const config::Library> library, std::size_t index);
 
   // A worker for a new import: a prewarmed one, a shared one with room, or a new one; waits up to
   // queue_timeout for capacity. Throws WorkerError (kAtCapacity, start failures, crash backoff).
@@ -53,11 +55,17 @@ class LibraryPool {
   // A worker that must not take new imports (it exceeded keyword_timeout, say).
   void retire(const std::shared_ptr<Worker>& worker, std::string reason);
 
-  const config::Library& library() const { return library_; }
+  const config::Library& library() const { return *library_; }
+  // Never replaced: any loop may read it.
+  std::shared_ptr<const config::Library> library_ptr() const { return library_; }
 
   void start_prewarm();
   // Stops prewarming and asks every worker of this library to stop (without waiting).
   void shutdown();
+  // A reload changed or removed the library: no new import comes here. Prewarming stops, prewarmed
+  // workers nobody took stop now, shared workers drain (each stops after its last import), and a
+  // dedicated worker stops when its import ends, as always.
+  void retire(std::string reason);
 
  private:
   friend class WorkerPools;
@@ -89,8 +97,9 @@ class LibraryPool {
   void drain(const std::shared_ptr<Worker>& worker, Slot& slot, std::string reason);
 
   WorkerPools& owner_;
-  const config::Library& library_;
+  std::shared_ptr<const config::Library> library_;
   std::size_t index_;
+  LibraryMetrics& metrics_;
   std::map<Worker*, Slot> slots_;                 // every live worker of this library
   std::vector<std::shared_ptr<Worker>> workers_;  // same set, owning
   std::deque<std::shared_ptr<Worker>> ready_;     // session isolation: prewarmed, never used
@@ -101,16 +110,47 @@ class LibraryPool {
   std::chrono::steady_clock::time_point retry_at_{};
   AsyncEvent prewarm_wake_;
   bool stopping_ = false;
+  bool retired_ = false;  // a reload replaced or removed the library (see retire)
+  std::size_t waiting_ = 0;  // imports waiting for capacity
+};
+
+// One library's pool as /status and /metrics show it (on the pools' loop).
+struct PoolView {
+  std::string library;
+  bool retired = false;  // of settings a reload replaced or removed
+  std::size_t waiting = 0;
+  std::size_t starting = 0;
+  struct WorkerView {
+    pid_t pid = 0;
+    const char* state = "idle";  // starting, idle, busy, draining
+    double age_seconds = 0;
+    std::uint64_t keywords = 0;
+    std::size_t imports = 0;
+    bool prewarmed_unused = false;
+  };
+  std::vector<WorkerView> workers;
 };
 
 class WorkerPools : public LeaseSource {
  public:
   // executor: the loop the pools run on (every pool decision is made there); loops: every event loop
   // of the gateway, over which prewarmed dedicated workers are spread (none: only `executor`).
-  WorkerPools(asio::any_io_executor executor, const config::Config& config, ChildReaper& reaper,
-              WorkerOptions options, std::vector<asio::any_io_executor> loops = {});
+  WorkerPools(asio::any_io_executor executor, std::shared_ptr<const config::Config> config, ChildReaper& reaper,
+              WorkerOptions options, Metrics& metrics, std::vector<asio::any_io_executor> loops = {});
 
-  LibraryPool& pool(const config::Library& library);
+  // The current pool of the library of that name; throws WorkerError when a reload removed it. On the
+  // pools' loop only.
+  LibraryPool& pool(std::string_view name);
+
+  // A reload (on the pools' loop): libraries added get a pool (and prewarm); a library removed or with
+  // other settings keeps its old pool retired (see LibraryPool::retire) and, when changed, gets a new
+  // one; an unchanged library keeps its pool and workers. Caps and the orphan policy follow the new
+  // configuration.
+  struct Changes {
+    std::vector<std::string> added, removed, changed;
+    std::size_t unchanged = 0;
+  };
+  Changes reload(std::shared_ptr<const config::Config> config);
   // LeaseSource: a lease on a worker of the library's pool.
   asio::awaitable<std::shared_ptr<Lease>> acquire(const config::Library& library) override;
   // An import without arguments: it may get a worker that imported the library ahead (prewarm_import).
@@ -122,12 +162,17 @@ class WorkerPools : public LeaseSource {
   std::size_t live() const { return live_; }
   // Imports waiting for capacity (a worker cap), all libraries together.
   std::size_t waiting() const { return capacity_waiters_.size(); }
+  // Every pool and its workers, retired ones with workers left included. On the pools' loop.
+  std::vector<PoolView> view() const;
+  Metrics& metrics() { return metrics_; }
   // The pools' own loop: LibraryPool's members are called only there.
   const asio::any_io_executor& executor() const { return executor_; }
 
  private:
   friend class LibraryPool;
   bool has_capacity(const LibraryPool& pool) const;
+  void apply_orphan_policy(const config::Config& config);
+  asio::awaitable<Grant> acquire_named(std::string name, bool without_arguments, asio::any_io_executor home);
   // Waits until capacity may have changed, or the deadline; false at the deadline.
   asio::awaitable<bool> wait_for_capacity(AsyncEvent::clock::time_point deadline);
   void capacity_changed();
@@ -142,12 +187,16 @@ class WorkerPools : public LeaseSource {
   asio::any_io_executor next_loop();
 
   asio::any_io_executor executor_;
-  const config::Config& config_;
+  std::shared_ptr<const config::Config> config_;  // the latest; each pool keeps its own library's
   ChildReaper& reaper_;
   WorkerOptions options_;
+  Metrics& metrics_;
   std::vector<asio::any_io_executor> loops_;
   std::size_t next_loop_ = 0;
   std::vector<std::unique_ptr<LibraryPool>> pools_;
+  // Replaced or removed by a reload; kept (they are small) because grants and waiters refer to them.
+  std::vector<std::unique_ptr<LibraryPool>> retired_;
+  bool started_ = false;
   std::size_t live_ = 0;
   std::deque<std::shared_ptr<AsyncEvent>> capacity_waiters_;
   std::size_t starts_in_progress_ = 0;

@@ -164,6 +164,7 @@ asio::awaitable<Message> Worker::call(std::string_view method, std::string param
                                       std::weak_ptr<CallObserver> observer, std::string what,
                                       std::optional<config::Duration> timeout) {
   if (stopping_ || !alive()) throw WorkerError(protocol::kWorkerFailed, unavailable(what), error_data());
+  if (method == protocol::kRunKeyword) keywords_run_.fetch_add(1, std::memory_order_relaxed);
   co_return co_await request(method, std::move(params), std::move(observer), std::move(what), timeout);
 }
 

@@ -101,6 +101,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // Why the worker is gone, for the answers to later calls; empty while it lives. On another loop: only
   // after wait_gone() completed.
   const std::string& death() const { return death_; }
+  // After wait_gone(), on its loop: why the gateway stopped it ("" if it did not), and how it ended.
+  const std::string& stop_reason() const { return stop_reason_; }
+  std::optional<ExitStatus> exit_status() const { return exit_status_; }
+  // robot/run_keyword calls sent to it so far (any loop).
+  std::uint64_t keywords_run() const { return keywords_run_.load(std::memory_order_relaxed); }
   std::string stderr_tail() const;
 
   Worker(asio::any_io_executor executor, const config::Library& library, SpawnedProcess process,
@@ -150,6 +155,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
 
   std::atomic<State> state_ = State::starting;
   std::atomic<bool> alive_ = true;  // death_ is empty
+  std::atomic<std::uint64_t> keywords_run_ = 0;
   std::int64_t next_id_ = 1;
   std::shared_ptr<InFlight> in_flight_;
   asio::steady_timer deadline_timer_;

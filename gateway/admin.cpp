@@ -1,0 +1,259 @@
+// The admin endpoint's pages: Prometheus metrics, liveness, readiness and a JSON status page. They run
+// on loop 0, where the session table and the pools live, and read the counters (atomics) every loop bumps.
+#include "gateway/server.hpp"
+
+#include "common/log.hpp"
+#include "gateway/systemd.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <map>
+
+namespace rjg::gateway {
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::string_view kPrefix = "robot_jsonrpc_gateway_";
+// A loop that has not run a handler for this long is stuck (the heartbeat runs every second).
+constexpr auto kStuckAfter = 5s;
+
+// One metric family: HELP and TYPE once, then its samples.
+class Family {
+ public:
+  Family(std::string& out, std::string_view name, std::string_view type, std::string_view help) : out_(out) {
+    name_ = fmt::format("{}{}", kPrefix, name);
+    out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name_, help, name_, type);
+  }
+  void sample(std::string_view labels, double value) {
+    out_ += labels.empty() ? fmt::format("{} {}\n", name_, value) : fmt::format("{}{{{}}} {}\n", name_, labels, value);
+  }
+  void histogram(std::string_view labels, const workers::Histogram& h) { h.render(out_, name_, labels); }
+
+ private:
+  std::string& out_;
+  std::string name_;
+};
+
+std::string library_label(std::string_view name) { return fmt::format("library=\"{}\"", workers::label_value(name)); }
+
+template <class Values, std::size_t N>
+void counters(Family& family, std::string_view library, const Values& values, std::string_view label,
+              const std::array<std::string_view, N>& names) {
+  static_assert(std::tuple_size_v<Values> == N, "one name per counter");
+  for (std::size_t i = 0; i < N; ++i)
+    family.sample(fmt::format("{},{}=\"{}\"", library_label(library), label, names[i]),
+                  static_cast<double>(values[i].load(std::memory_order_relaxed)));
+}
+
+// The resident memory of a process, in bytes (/proc/PID/statm: pages); 0 if gone.
+std::uint64_t rss_of(pid_t pid) {
+  std::ifstream statm(fmt::format("/proc/{}/statm", pid));
+  std::uint64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+Server::~Server() = default;  // here, where LoopHeartbeat is complete
+
+std::optional<HttpResponse> Server::admin_page(std::string_view path) const {
+  if (path == "/metrics") {
+    // The content type of the text exposition format, version 0.0.4.
+    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()};
+  }
+  if (path == "/livez") {
+    const auto stuck = heartbeat_ ? heartbeat_->stuck(kStuckAfter) : 0;
+    if (stuck == 0) return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"};
+    return HttpResponse{503, "text/plain; charset=utf-8",
+                        fmt::format("{} of {} event loops ran no handler for {}s\n", stuck, heartbeat_->loops(),
+                                    kStuckAfter.count())};
+  }
+  if (path == "/readyz") {
+    if (context_.draining) return HttpResponse{503, "text/plain; charset=utf-8", "draining: no new sessions\n"};
+    if (!ready_) return HttpResponse{503, "text/plain; charset=utf-8", "starting\n"};
+    return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
+  }
+  if (path == "/status") return HttpResponse{200, "application/json", status_json()};
+  return std::nullopt;
+}
+
+std::string Server::metrics_text() const {
+  std::string out;
+  auto& m = context_.metrics;
+  const auto count = [](const std::atomic<std::uint64_t>& a) { return static_cast<double>(a.load(std::memory_order_relaxed)); };
+
+  Family(out, "build_info", "gauge", "The gateway's version (always 1).")
+      .sample(fmt::format("version=\"{}\"", workers::label_value(context_.version)), 1);
+  Family(out, "start_time_seconds", "gauge", "When the gateway started, in seconds since the Unix epoch.")
+      .sample("", std::chrono::duration<double>(started_at_.time_since_epoch()).count());
+  Family(out, "ready", "gauge", "1 while the gateway takes new sessions (as /readyz), 0 before and while draining.")
+      .sample("", ready_ && !context_.draining ? 1 : 0);
+  Family(out, "sessions_open", "gauge", "Client sessions connected now.").sample("", static_cast<double>(sessions_.size()));
+  Family(out, "sessions_total", "counter", "Client sessions accepted since start.").sample("", count(m.sessions_total));
+  {
+    Family f(out, "connections_refused_total", "counter", "Client connections refused, by the limit that refused them.");
+    constexpr std::array<std::string_view, 3> reasons = {"allow_from", "max_sessions", "max_sessions_per_client"};
+    for (std::size_t i = 0; i < reasons.size(); ++i) f.sample(fmt::format("reason=\"{}\"", reasons[i]), count(m.refused[i]));
+  }
+  Family(out, "requests_in_flight", "gauge", "Client requests being answered now.")
+      .sample("", static_cast<double>(context_.requests_in_flight.load()));
+  {
+    Family f(out, "client_bytes_total", "counter", "Message bytes (frame bodies) received from and sent to clients.");
+    f.sample("direction=\"received\"", count(m.bytes_in));
+    f.sample("direction=\"sent\"", count(m.bytes_out));
+  }
+  {
+    Family f(out, "reloads_total", "counter", "Configuration reloads (SIGHUP), by outcome.");
+    f.sample("outcome=\"applied\"", count(m.reloads_ok));
+    f.sample("outcome=\"failed\"", count(m.reloads_failed));
+  }
+  Family(out, "last_reload_success_timestamp_seconds", "gauge",
+         "When a reload last applied, in seconds since the Unix epoch; 0: none since start.")
+      .sample("", m.last_reload_seconds.load());
+
+  // Per library: every name configured now, and every one counted since start (a reload may remove one).
+  const auto pools = context_.pools.view();
+  const auto known = m.libraries();
+  std::map<std::string, const workers::LibraryMetrics*> libraries;
+  for (const auto& [name, lib] : known) libraries[name] = lib;
+  for (const auto& pool : pools) libraries.try_emplace(pool.library, nullptr);
+  static const workers::LibraryMetrics kNone;
+  auto of = [&](const std::string& name) -> const workers::LibraryMetrics& {
+    auto it = libraries.find(name);
+    return it != libraries.end() && it->second ? *it->second : kNone;
+  };
+
+  {
+    Family f(out, "imports_total", "counter", "Imports answered, by library and outcome.");
+    for (const auto& [name, lib] : libraries) counters(f, name, of(name).imports, "outcome", std::array<std::string_view, 2>{"ok", "error"});
+  }
+  {
+    Family f(out, "imports_waiting", "gauge", "Imports waiting for a worker (a cap is reached), by library.");
+    for (const auto& [name, lib] : libraries) {
+      std::size_t waiting = 0;
+      for (const auto& pool : pools)
+        if (pool.library == name) waiting += pool.waiting;
+      f.sample(library_label(name), static_cast<double>(waiting));
+    }
+  }
+  {
+    Family f(out, "import_queue_wait_seconds", "histogram", "How long imports waited for a worker, by library.");
+    for (const auto& [name, lib] : libraries) f.histogram(library_label(name), of(name).queue_wait_seconds);
+  }
+  {
+    Family f(out, "keywords_total", "counter",
+             "Keywords answered, by library and outcome: pass, fail (the keyword failed), error (the gateway or the "
+             "worker could not run it), timeout (keyword_timeout).");
+    for (const auto& [name, lib] : libraries)
+      counters(f, name, of(name).keywords, "outcome", std::array<std::string_view, 4>{"pass", "fail", "error", "timeout"});
+  }
+  {
+    Family f(out, "keyword_duration_seconds", "histogram", "How long keywords took, from request to answer, by library.");
+    for (const auto& [name, lib] : libraries) f.histogram(library_label(name), of(name).keyword_seconds);
+  }
+  {
+    Family f(out, "workers", "gauge", "Worker processes now, by library and state.");
+    constexpr std::array<std::string_view, 4> states = {"starting", "idle", "busy", "draining"};
+    for (const auto& [name, lib] : libraries) {
+      std::array<std::size_t, 4> n{};
+      for (const auto& pool : pools) {
+        if (pool.library != name) continue;
+        n[0] += pool.starting;
+        for (const auto& w : pool.workers)
+          for (std::size_t i = 0; i < states.size(); ++i)
+            if (states[i] == w.state) ++n[i];
+      }
+      for (std::size_t i = 0; i < states.size(); ++i)
+        f.sample(fmt::format("{},state=\"{}\"", library_label(name), states[i]), static_cast<double>(n[i]));
+    }
+  }
+  {
+    Family f(out, "worker_starts_total", "counter",
+             "Workers started, by library and kind: cold (for an import) or prewarmed (ahead of imports).");
+    for (const auto& [name, lib] : libraries)
+      counters(f, name, of(name).starts, "kind", std::array<std::string_view, 2>{"cold", "prewarmed"});
+  }
+  {
+    Family f(out, "worker_exits_total", "counter",
+             "Workers gone, by library and reason: normal (the gateway ended it), crash (it exited or died of a "
+             "fault by itself), killed (SIGKILL or SIGTERM from elsewhere, such as the OOM killer), recycled "
+             "(max_keywords, max_age, max_rss), timeout (keyword_timeout).");
+    for (const auto& [name, lib] : libraries)
+      counters(f, name, of(name).exits, "reason",
+               std::array<std::string_view, 5>{"normal", "crash", "killed", "recycled", "timeout"});
+  }
+  {
+    Family f(out, "pickles_refused_total", "counter",
+             "Values refused by the library's pickle policy, by library and direction: in (from a client), out (from "
+             "a worker).");
+    for (const auto& [name, lib] : libraries)
+      counters(f, name, of(name).pickles_refused, "direction", std::array<std::string_view, 2>{"in", "out"});
+  }
+  return out;
+}
+
+std::string Server::status_json() const {
+  const auto now = std::chrono::steady_clock::now();
+  json::array sessions;
+  for (const auto& [number, live] : sessions_) {
+    sessions.push_back(json::object{
+        {"id", number},
+        {"peer", live.peer},
+        {"age_seconds", std::chrono::duration<double>(now - live.since).count()},
+        {"imports", live.imports ? live.imports->load(std::memory_order_relaxed) : 0},
+    });
+  }
+  json::array libraries;
+  for (const auto& pool : context_.pools.view()) {
+    json::array workers;
+    for (const auto& w : pool.workers)
+      workers.push_back(json::object{{"pid", w.pid},
+                                     {"state", w.state},
+                                     {"age_seconds", w.age_seconds},
+                                     {"keywords", w.keywords},
+                                     {"imports", w.imports},
+                                     {"prewarmed", w.prewarmed_unused},
+                                     {"rss_bytes", rss_of(w.pid)}});
+    libraries.push_back(json::object{{"name", pool.library},
+                                     {"retired", pool.retired},
+                                     {"imports_waiting", pool.waiting},
+                                     {"workers_starting", pool.starting},
+                                     {"workers", std::move(workers)}});
+  }
+  json::object status{
+      {"version", context_.version},
+      {"config", context_.config()->path},
+      {"ready", ready_ && !context_.draining},
+      {"draining", context_.draining.load()},
+      {"uptime_seconds", std::chrono::duration<double>(std::chrono::system_clock::now() - started_at_).count()},
+      {"status", status_text()},
+      {"requests_in_flight", context_.requests_in_flight.load()},
+      {"sessions", std::move(sessions)},
+      {"libraries", std::move(libraries)},
+  };
+  return json::serialize(status) + "\n";
+}
+
+void Server::listen_admin(PassedSockets& passed) {
+  const auto config = context_.config();
+  if (config->admin.listen.empty()) return;
+  heartbeat_ = std::make_unique<LoopHeartbeat>(io_, loops_);
+  admin_ = std::make_unique<AdminHttpServer>(
+      io_, [this](std::string_view path) { return admin_page(path); }, config->admin.allow_from);
+  std::vector<std::string> named;
+  for (const auto& address : config->gateway.listen)
+    if (!address.fd_name.empty()) named.push_back(address.fd_name);
+  for (const auto& address : config->admin.listen)
+    if (!address.fd_name.empty()) named.push_back(address.fd_name);
+  for (const auto& address : config->admin.listen)
+    for (auto& listener : open_entry(address, &passed, named)) admin_->serve(listener.acceptor, listener.entry);
+}
+
+}  // namespace rjg::gateway
