@@ -1,5 +1,7 @@
 #include "gateway/admin_http.hpp"
 
+#include "gateway/addresses.hpp"
+
 #include "common/log.hpp"
 #include "common/runtime/async_event.hpp"
 
@@ -67,11 +69,6 @@ constexpr auto kLingerAtMost = std::chrono::milliseconds(2s);
 // Paths in pages and log lines: escaped, and cut after this many bytes.
 constexpr std::size_t kPathShown = 200;
 
-std::string endpoint_text(const tcp::endpoint& bound) {
-  return fmt::format("tcp://{}:{}", bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
-                                                             : bound.address().to_string(),
-                     bound.port());
-}
 
 // An IPv4-mapped IPv6 peer (a dual-stack listener) shows as its IPv4 address.
 std::string client_text(const asio::ip::address& address) {
@@ -80,19 +77,6 @@ std::string client_text(const asio::ip::address& address) {
   return address.to_string();
 }
 
-bool allowed(const std::vector<config::Network>& networks, const asio::ip::address& address) {
-  if (networks.empty()) return true;
-  for (const auto& net : networks) {
-    if (address.is_v4()) {
-      auto bytes = address.to_v4().to_bytes();
-      if (net.contains_bytes(false, bytes.data())) return true;
-    } else {
-      auto bytes = address.to_v6().to_bytes();
-      if (net.contains_bytes(true, bytes.data())) return true;
-    }
-  }
-  return false;
-}
 
 bool too_large(const boost::system::error_code& ec) {
   return ec == http::error::header_limit || ec == http::error::body_limit || ec == http::error::buffer_overflow;

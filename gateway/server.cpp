@@ -1,5 +1,6 @@
 #include "gateway/server.hpp"
 
+#include "gateway/addresses.hpp"
 #include "gateway/stream_connection.hpp"
 #include "gateway/systemd.hpp"
 
@@ -28,11 +29,6 @@ namespace rjg::gateway {
 using namespace std::chrono_literals;
 
 namespace {
-std::string endpoint_text(const tcp::endpoint& bound) {
-  return fmt::format("tcp://{}:{}", bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
-                                                             : bound.address().to_string(),
-                     bound.port());
-}
 
 std::vector<asio::any_io_executor> or_only(asio::io_context& io, std::vector<asio::any_io_executor> loops) {
   if (loops.empty()) loops.push_back(io.get_executor());
@@ -252,7 +248,7 @@ asio::awaitable<void> Server::accept_loop(std::shared_ptr<tcp::acceptor> accepto
     // The limits in force when the connection arrives; the session keeps them (a reload applies to new ones).
     const auto config = context_.config();
     const auto& gw = config->gateway;
-    if (!allowed(gw, peer.address())) {
+    if (!allowed(gw.allow_from, peer.address())) {
       // Nothing is said to an address that may not connect at all.
       log::warn("listener {}: refused a connection from {}: not in [gateway] allow_from", address, client);
       context_.metrics.refuse(workers::Refusal::allow_from);
@@ -309,20 +305,6 @@ asio::awaitable<void> Server::accept_loop(std::shared_ptr<tcp::acceptor> accepto
   }
 }
 
-bool Server::allowed(const config::Gateway& gateway, const asio::ip::address& address) {
-  const auto& networks = gateway.allow_from;
-  if (networks.empty()) return true;
-  for (const auto& net : networks) {
-    if (address.is_v4()) {
-      auto bytes = address.to_v4().to_bytes();
-      if (net.contains_bytes(false, bytes.data())) return true;
-    } else {
-      auto bytes = address.to_v6().to_bytes();
-      if (net.contains_bytes(true, bytes.data())) return true;
-    }
-  }
-  return false;
-}
 
 void Server::refuse(tcp::socket socket, std::string client, std::string message) {
   log::warn("refused a connection from {}: {}", client, message);

@@ -71,7 +71,6 @@ class Server {
                                    const std::vector<std::string>& named);
   void start_accepting(const Listener& listener);
   asio::awaitable<void> accept_loop(std::shared_ptr<tcp::acceptor> acceptor, std::string address);
-  static bool allowed(const config::Gateway& gateway, const asio::ip::address& address);
   // On the session's loop: completes once it is closed (at once if it is gone).
   static asio::awaitable<void> closed(std::weak_ptr<Connection> connection);
   // Answers a connection over a limit with a JSON-RPC error naming the limit, then closes it.
