@@ -181,6 +181,23 @@ std::string Server::metrics_text() const {
       counters(f, name, of(name).starts, "kind", std::array<std::string_view, 2>{"cold", "prewarmed"});
   }
   {
+    Family f(out, "worker_start_failures_total", "counter",
+             "Workers that did not come up (spawn, handshake or startup_timeout failed), by library; a prewarm "
+             "that keeps failing shows here.");
+    for (const auto& [name, lib] : libraries)
+      f.sample(library_label(name), static_cast<double>(of(name).start_failures.load(std::memory_order_relaxed)));
+  }
+  {
+    Family f(out, "library_backoff", "gauge",
+             "1 while a library's worker starts back off after repeated failures (crash backoff), by library.");
+    for (const auto& [name, lib] : libraries) {
+      bool backing_off = false;
+      for (const auto& pool : pools)
+        if (pool.library == name && !pool.retired) backing_off = backing_off || pool.backing_off;
+      f.sample(library_label(name), backing_off ? 1 : 0);
+    }
+  }
+  {
     Family f(out, "worker_exits_total", "counter",
              "Workers gone, by library and reason: normal (the gateway ended it), crash (it exited or died of a "
              "fault by itself), killed (SIGKILL or SIGTERM from elsewhere, such as the OOM killer), recycled "
@@ -223,6 +240,7 @@ std::string Server::status_json() const {
                                      {"rss_bytes", rss_of(w.pid)}});
     libraries.push_back(json::object{{"name", pool.library},
                                      {"retired", pool.retired},
+                                     {"backing_off", pool.backing_off},
                                      {"imports_waiting", pool.waiting},
                                      {"workers_starting", pool.starting},
                                      {"workers", std::move(workers)}});

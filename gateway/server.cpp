@@ -386,6 +386,7 @@ std::string Server::status_text() const {
                                  context_.pools.live() == 1 ? "" : "s", context_.pools.waiting(),
                                  context_.pools.waiting() == 1 ? "" : "s");
   if (context_.draining) text = fmt::format("draining: {} requests in flight; ", context_.requests_in_flight.load()) + text;
+  if (auto backoffs = context_.pools.backoffs(); !backoffs.empty()) text += "; " + backoffs;
   if (!reload_problem_.empty()) text += "; " + reload_problem_;
   return text;
 }

@@ -167,6 +167,29 @@ TEST_F(AdminTest, ReadyzTurnsUnreadyAtTheDrainWhileSessionsFinish) {
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << describe_status(*status);
 }
 
+// A prewarm that keeps failing never makes the gateway unready: it shows in the metrics and the status.
+TEST_F(AdminTest, APrewarmThatKeepsFailingShowsWithoutMakingTheGatewayUnready) {
+  LibrarySpec broken;
+  broken.name = "Broken";
+  broken.command = {"/bin/false"};  // exits before the handshake, every time
+  broken.extra_toml = "prewarm = 1\n";
+  start_with_admin({test_library("TestLibrary"), broken});
+  auto metrics = [&] { return http(admin_port_, "GET", "/metrics").body; };
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto m = metrics();
+        return sample(m, R"(robot_jsonrpc_gateway_worker_start_failures_total{library="Broken"})") >= 2 &&
+               sample(m, R"(robot_jsonrpc_gateway_library_backoff{library="Broken"})") == 1;
+      },
+      30s))
+      << metrics();
+  EXPECT_EQ(http(admin_port_, "GET", "/readyz").status, 200);
+  const auto status = boost::json::parse(http(admin_port_, "GET", "/status").body).as_object();
+  EXPECT_TRUE(contains(status.at("status").as_string(), "Broken backs off after")) << status;
+  auto [c, token] = session();  // the other library is served as ever
+  RJG_ASSERT_KEYWORD_OK(c.run_keyword(token, "Echo", json::array{1}));
+}
+
 TEST_F(AdminTest, StatusShowsSessionsAndWorkersAndOtherPathsAre404Or405) {
   start_with_admin(default_libraries());
   auto [c, token] = session();

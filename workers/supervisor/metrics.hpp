@@ -47,6 +47,7 @@ struct LibraryMetrics {
   Counters<StartKind> starts{};
   Counters<ExitReason> exits{};
   Counters<Direction> pickles_refused{};
+  std::atomic<std::uint64_t> start_failures{0};  // a worker that did not come up (spawn, handshake, startup_timeout)
   Histogram keyword_seconds;
   Histogram queue_wait_seconds;
 

@@ -242,6 +242,7 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
   if (failure) {
     --owner_.live_;
     record_failure(failure->what());
+    metrics_.start_failures.fetch_add(1, std::memory_order_relaxed);
     owner_.capacity_changed();
     if (in_backoff()) {
       std::string message = failure->what();
@@ -605,11 +606,20 @@ void WorkerPools::end_start() {
   next->set();
 }
 
+std::string WorkerPools::backoffs() const {
+  std::string text;
+  for (const auto& p : pools_)
+    if (p->in_backoff())
+      text += fmt::format("{}{} backs off after {} failed starts", text.empty() ? "" : ", ", p->library().name,
+                          p->failures_);
+  return text;
+}
+
 std::vector<PoolView> WorkerPools::view() const {
   std::vector<PoolView> out;
   const auto now = clock::now();
   auto add = [&](const LibraryPool& p, bool retired) {
-    PoolView v{p.library().name, retired, p.waiting_, p.starting_, {}};
+    PoolView v{p.library().name, retired, p.waiting_, p.starting_, p.in_backoff(), {}};
     for (const auto& w : p.workers_) {
       const auto slot = p.slots_.find(w.get());
       const bool draining = slot != p.slots_.end() && slot->second.draining;

@@ -120,6 +120,7 @@ struct PoolView {
   bool retired = false;  // of settings a reload replaced or removed
   std::size_t waiting = 0;
   std::size_t starting = 0;
+  bool backing_off = false;  // starts keep failing: the next waits (crash backoff)
   struct WorkerView {
     pid_t pid = 0;
     const char* state = "idle";  // starting, idle, busy, draining
@@ -164,6 +165,9 @@ class WorkerPools : public LeaseSource {
   std::size_t waiting() const { return capacity_waiters_.size(); }
   // Every pool and its workers, retired ones with workers left included. On the pools' loop.
   std::vector<PoolView> view() const;
+  // "Lib backs off after 3 failed starts, ..." for the libraries whose workers keep failing to start
+  // (a prewarm that keeps failing included); empty when none does.
+  std::string backoffs() const;
   Metrics& metrics() { return metrics_; }
   // The pools' own loop: LibraryPool's members are called only there.
   const asio::any_io_executor& executor() const { return executor_; }
