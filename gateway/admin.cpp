@@ -144,7 +144,9 @@ std::string Server::metrics_text() const {
     }
   }
   {
-    Family f(out, "import_queue_wait_seconds", "histogram", "How long imports waited for a worker, by library.");
+    Family f(out, "import_queue_wait_seconds", "histogram",
+             "How long imports waited for capacity (a worker cap), by library; starting a worker is not counted, "
+             "an import that gave up at queue_timeout is.");
     for (const auto& [name, lib] : libraries) f.histogram(library_label(name), of(name).queue_wait_seconds);
   }
   {
@@ -250,7 +252,7 @@ std::string Server::status_json() const {
       {"config", context_.config()->path},
       {"ready", ready_ && !context_.draining},
       {"draining", context_.draining.load()},
-      {"uptime_seconds", std::chrono::duration<double>(std::chrono::system_clock::now() - started_at_).count()},
+      {"uptime_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - started_steady_).count()},
       {"status", status_text()},
       {"requests_in_flight", context_.requests_in_flight.load()},
       {"sessions", std::move(sessions)},

@@ -330,6 +330,8 @@ void ClientSession::on_import_library(const Message& request, params::ImportLibr
   auto route = context_.router.resolve(params.name);
   const config::Library* library = route.library.get();
   if (!library && route.removed) {
+    // A name the configuration had: bounded like every library label.
+    workers::LibraryMetrics::add(context_.metrics.library(params.name).imports, workers::ImportOutcome::error);
     json::array available;
     for (auto& name : context_.router.names()) available.emplace_back(name);
     reply.error(protocol::kUnknownLibrary,
@@ -350,6 +352,7 @@ void ClientSession::on_import_library(const Message& request, params::ImportLibr
   }
   if (auto refused = refuse_argument_pickles(*library, {{"args", params.of(params.args)}, {"kw_args", params.of(params.kw_args)}})) {
     log::warn("{}: import of {} refused: {}", name_, library->name, refused->message);
+    workers::LibraryMetrics::add(context_.metrics.library(library->name).imports, workers::ImportOutcome::error);
     reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
     return;
   }
@@ -386,6 +389,15 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
   // The worker's settings govern the import: a reload between the lookup and the grant changed them.
   if (auto granted = lease->settings()) route = std::move(granted);
   const config::Library& library = *route;
+  if (library.pickle != settings->pickle) {
+    if (auto refused = refuse_argument_pickles(library, {{"args", params.of(params.args)}, {"kw_args", params.of(params.kw_args)}})) {
+      log::warn("{}: import of {} refused under the settings a reload gave it: {}", name_, library.name, refused->message);
+      co_await room_for_answer();
+      reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
+      co_await lease->release("its import arguments were refused");
+      co_return;
+    }
+  }
 
   // A worker that imported the library ahead of time (prewarm_import) answers an import without
   // arguments with that import: the same checks apply to its answer below, and nothing is sent to the
@@ -399,6 +411,7 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
     std::size_t escaped = 0;
     if (auto refused = escape_arguments(params, library, &escaped)) {
       log::warn("{}: import of {} refused: {}", name_, library.name, refused->log);
+      workers::LibraryMetrics::add(metrics.pickles_refused, workers::Direction::in);
       co_await room_for_answer();
       reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
       co_await lease->release("its import arguments were refused");
@@ -482,6 +495,7 @@ void ClientSession::on_run_keyword(const Message& request, params::RunKeyword pa
   }
   if (auto refused = refuse_argument_pickles(*import->config, {{"args", params.of(params.args)}, {"kwargs", params.of(params.kwargs)}})) {
     log::warn("{}: keyword '{}' of {} refused: {}", name_, params.name, import->library, refused->message);
+    if (import->metrics) workers::LibraryMetrics::add(import->metrics->keywords, workers::KeywordOutcome::error);
     reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
     return;
   }
@@ -490,6 +504,10 @@ void ClientSession::on_run_keyword(const Message& request, params::RunKeyword pa
   if (escapes_arguments(import->config->arguments, import->lease->server_name())) {
     if (auto refused = refuse_evaluated_pickles(params, *import->config, params.name)) {
       log::warn("{}: keyword '{}' of {} refused: {}", name_, params.name, import->library, refused->log);
+      if (import->metrics) {
+        workers::LibraryMetrics::add(import->metrics->keywords, workers::KeywordOutcome::error);
+        workers::LibraryMetrics::add(import->metrics->pickles_refused, workers::Direction::in);
+      }
       reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
       return;
     }

@@ -26,12 +26,16 @@ class LoopHeartbeat {
   }
   ~LoopHeartbeat() { state_->timer.cancel(); }
 
-  // The loops that ran no handler within `bound`.
+  // The loops that have not run a beat posted to them at least `bound` ago. (Only one beat per loop is
+  // outstanding at a time, so a stuck loop does not pile them up, and a loop 0 that stalled does not
+  // make the others look stuck: their beats are posted late, not left unrun.)
   std::size_t stuck(std::chrono::steady_clock::duration bound) const {
     const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
     std::size_t n = 0;
-    for (std::size_t i = 0; i < state_->loops.size(); ++i)
-      if (now - state_->beats[i].load(std::memory_order_relaxed) > bound.count()) ++n;
+    for (std::size_t i = 0; i < state_->loops.size(); ++i) {
+      const auto posted = state_->posted[i].load(std::memory_order_acquire);
+      if (posted != 0 && now - posted > bound.count()) ++n;
+    }
     return n;
   }
   std::size_t loops() const { return state_->loops.size(); }
@@ -39,20 +43,19 @@ class LoopHeartbeat {
  private:
   struct State {
     State(asio::io_context& io, std::vector<asio::any_io_executor> l)
-        : timer(io), loops(std::move(l)), beats(std::make_unique<std::atomic<std::int64_t>[]>(loops.size())) {
-      const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-      for (std::size_t i = 0; i < loops.size(); ++i) beats[i] = now;
-    }
+        : timer(io), loops(std::move(l)), posted(std::make_unique<std::atomic<std::int64_t>[]>(loops.size())) {}
     asio::steady_timer timer;
     std::vector<asio::any_io_executor> loops;
-    std::unique_ptr<std::atomic<std::int64_t>[]> beats;
+    std::unique_ptr<std::atomic<std::int64_t>[]> posted;  // when the beat in flight was posted; 0: none
   };
 
   static void tick(std::shared_ptr<State> state) {
-    for (std::size_t i = 0; i < state->loops.size(); ++i)
-      asio::post(state->loops[i], [state, i] {
-        state->beats[i].store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-      });
+    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    for (std::size_t i = 0; i < state->loops.size(); ++i) {
+      if (state->posted[i].load(std::memory_order_acquire) != 0) continue;  // the last one has not run yet
+      state->posted[i].store(now, std::memory_order_release);
+      asio::post(state->loops[i], [state, i] { state->posted[i].store(0, std::memory_order_release); });
+    }
     state->timer.expires_after(kEvery);
     state->timer.async_wait([state](const boost::system::error_code& ec) {
       if (!ec) tick(state);

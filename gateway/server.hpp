@@ -102,6 +102,7 @@ class Server {
   bool stopping_ = false;
   bool ready_ = false;
   const std::chrono::system_clock::time_point started_at_ = std::chrono::system_clock::now();
+  const std::chrono::steady_clock::time_point started_steady_ = std::chrono::steady_clock::now();
   std::unique_ptr<AdminHttpServer> admin_;
   std::unique_ptr<LoopHeartbeat> heartbeat_;
 

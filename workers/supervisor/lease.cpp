@@ -205,15 +205,21 @@ class PoolLease final : public Lease {
 // The pool decides on its own loop; a dedicated worker it starts for the import lives on the session's.
 // The pool is looked up there too: a reload replaces pools on that loop.
 asio::awaitable<Grant> WorkerPools::acquire_named(std::string name, bool without_arguments, asio::any_io_executor home) {
-  const auto asked = std::chrono::steady_clock::now();
+  // Time spent queued for capacity (not starting a worker), observed once whatever the outcome: a
+  // queue_timeout is the case that matters most.
+  struct Waited {
+    LibraryMetrics& metrics;
+    std::chrono::steady_clock::duration time{};
+    ~Waited() { metrics.queue_wait_seconds.observe(time); }
+  } waited{metrics_.library(name)};
+  std::optional<std::chrono::steady_clock::time_point> deadline;  // set by the first pool: a reload does not restart it
   for (;;) {
     // pool() throws when a reload removed the library; an empty grant: a reload retired that pool while
-    // the import waited, so it goes to the one in force now.
+    // the import waited, so it goes to the one in force now, with the time it has left.
     auto& p = pool(name);
-    auto grant = co_await p.acquire(without_arguments, home);
-    if (!grant.worker) continue;
-    p.metrics_.queue_wait_seconds.observe(std::chrono::steady_clock::now() - asked);
-    co_return grant;
+    if (!deadline) deadline = std::chrono::steady_clock::now() + p.library().queue_timeout;
+    auto grant = co_await p.acquire(without_arguments, home, deadline, &waited.time);
+    if (grant.worker) co_return grant;
   }
 }
 

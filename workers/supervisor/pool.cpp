@@ -91,9 +91,10 @@ asio::awaitable<Ending> ending_of(std::shared_ptr<Worker> worker) {
   const auto& why = worker->stop_reason();
   const auto status = worker->exit_status();
   // SIGKILL or SIGTERM from elsewhere (the OOM killer, an operator): killed. Any other end of its own
-  // (an exit, SIGSEGV, SIGABRT): a crash.
-  if (!ending.on_purpose)
-    ending.reason = status && status->signaled && (status->signal == SIGKILL || status->signal == SIGTERM)
+  // (an exit, SIGSEGV, SIGABRT, a protocol break the gateway killed it for): a crash.
+  if (worker->broke_protocol() || !worker->stopped_before_exit())
+    ending.reason = !worker->broke_protocol() && status && status->signaled &&
+                            (status->signal == SIGKILL || status->signal == SIGTERM)
                         ? ExitReason::killed
                         : ExitReason::crash;
   else if (why.starts_with("recycled")) ending.reason = ExitReason::recycled;
@@ -144,8 +145,9 @@ std::shared_ptr<Worker> LibraryPool::pick_shared(bool idle_only) {
   return best;
 }
 
-asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments, std::optional<asio::any_io_executor> home) {
-  const auto deadline = clock::now() + library_->queue_timeout;
+asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments, std::optional<asio::any_io_executor> home,
+                                            std::optional<clock::time_point> given_deadline, clock::duration* waited) {
+  const auto deadline = given_deadline ? *given_deadline : clock::now() + library_->queue_timeout;
   const bool shared = library_->isolation == config::Isolation::shared;
   // A shared worker serves sessions of every loop: it lives on the pools' loop.
   const asio::any_io_executor where = shared || !home ? owner_.executor_ : *home;
@@ -207,7 +209,9 @@ asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments, std::optiona
     // At capacity. Make room by ending an idle worker another library keeps warm, then wait.
     owner_.evict_idle_prewarmed(this);
     ++waiting_;
+    const auto began = clock::now();
     const bool room = co_await owner_.wait_for_capacity(deadline);
+    if (waited) *waited += clock::now() - began;
     --waiting_;
     if (!room) {
       std::string cap = library_->max_workers
@@ -391,7 +395,8 @@ asio::awaitable<void> LibraryPool::release(Grant& grant, std::string reason) {
     co_return;
   }
   if (slot != slots_.end() && slot->second.draining && slot->second.imports == 0)
-    co_await run_on(worker->executor(), worker->stop("recycled after its last import ended"));
+    co_await run_on(worker->executor(), worker->stop(retired_ ? "retired by a reload after its last import ended"
+                                                              : "recycled after its last import ended"));
 }
 
 void LibraryPool::drain(const std::shared_ptr<Worker>& worker, Slot& slot, std::string reason) {
@@ -400,7 +405,8 @@ void LibraryPool::drain(const std::shared_ptr<Worker>& worker, Slot& slot, std::
   log::info("worker {}[{}]: draining: {}; it takes no new imports and stops after its last one ({} left)",
             library_->name, worker->pid(), reason, slot.imports);
   if (slot.imports == 0) {
-    asio::co_spawn(worker->executor(), worker->stop("recycled: " + reason), log_exceptions("recycle"));
+    asio::co_spawn(worker->executor(), worker->stop((retired_ ? "retired: " : "recycled: ") + reason),
+                   log_exceptions("recycle"));
   }
   prewarm_wake_.set();
 }

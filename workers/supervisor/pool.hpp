@@ -45,7 +45,11 @@ class LibraryPool {
   // worker without the instance (the grant's preimported answer says which instance to finalize).
   // home: the event loop of the importing session, where a dedicated worker started for it lives (a
   // prewarmed one on that loop is preferred); none: the pools' own loop. Shared workers live there.
-  asio::awaitable<Grant> acquire(bool without_arguments = false, std::optional<asio::any_io_executor> home = {});
+  // deadline: when the import gives up (default: queue_timeout from now); waited: time spent waiting for
+  // capacity is added there (for the metrics). An empty grant: a reload retired this pool meanwhile.
+  asio::awaitable<Grant> acquire(bool without_arguments = false, std::optional<asio::any_io_executor> home = {},
+                                 std::optional<std::chrono::steady_clock::time_point> deadline = {},
+                                 std::chrono::steady_clock::duration* waited = nullptr);
   // The import ended (finalized, failed, or its session went away). A dedicated worker is stopped;
   // a shared one stays for the next import unless it is draining.
   asio::awaitable<void> release(Grant& grant, std::string reason);

@@ -244,12 +244,14 @@ asio::awaitable<void> Worker::read_stdout() {
   }
   stdout_closed_ = true;
   if (!broken.empty()) {
+    broke_protocol_ = true;
     log::error("worker {}[{}]: unrecoverable framing error on stdout ({}); killing it", library_.name, pid_, broken);
     signal_group(SIGKILL);
   }
   // The process normally ends with its stdout; make sure, then report why it is gone.
   if (!co_await exited_.wait_for(2s)) {
     log::warn("worker {}[{}]: closed stdout but is still running; killing it", library_.name, pid_);
+    if (!stopping_) broke_protocol_ = true;  // the SIGKILL below is the gateway's, for a fault of the worker
     signal_group(SIGKILL);
     co_await exited_.wait_for(10s);
   }
@@ -401,6 +403,7 @@ json::object Worker::error_data() const {
 void Worker::on_exit(ExitStatus status) {
   exit_status_ = status;
   died_busy_ = !stopping_ && state_ == State::busy;
+  stopped_before_exit_ = stopping_;
   if (stopping_) log::info("worker {}[{}]: exited with {}", library_.name, pid_, status.describe());
   else log::warn("worker {}[{}]: exited unexpectedly with {} (state {})", library_.name, pid_, status.describe(),
                  state_name(state_.load()));

@@ -83,6 +83,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
   bool stopped_on_purpose() const { return stopping_; }
   // True when it died by itself while running a call (a keyword that crashed it).
   bool died_busy() const { return died_busy_; }
+  // After wait_gone(): the gateway had begun stopping it before it exited (a stop() that came after
+  // its death does not count), and it broke the protocol (the gateway killed it for that: a framing
+  // fault, or stdout closed while the process went on).
+  bool stopped_before_exit() const { return stopped_before_exit_; }
+  bool broke_protocol() const { return broke_protocol_; }
   // Resident memory of the worker process (not its children); 0 if unknown.
   std::uint64_t resident_bytes() const;
 
@@ -156,6 +161,8 @@ class Worker : public std::enable_shared_from_this<Worker> {
   std::atomic<State> state_ = State::starting;
   std::atomic<bool> alive_ = true;  // death_ is empty
   std::atomic<std::uint64_t> keywords_run_ = 0;
+  bool stopped_before_exit_ = false;
+  bool broke_protocol_ = false;
   std::int64_t next_id_ = 1;
   std::shared_ptr<InFlight> in_flight_;
   asio::steady_timer deadline_timer_;
