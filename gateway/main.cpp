@@ -130,8 +130,9 @@ int run(const std::string& path) {
   boost::asio::signal_set hangups(io, SIGHUP);
   rjg::gateway::Server server(io, config, RJG_VERSION, loops);
   try {
-    server.listen(passed);
+    // The admin endpoint first: once the client port accepts, /readyz and /livez answer too.
     server.listen_admin(passed);
+    server.listen(passed);
     passed.close_untaken();
   } catch (const std::exception& e) {
     rjg::log::error("{}", e.what());

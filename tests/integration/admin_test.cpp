@@ -69,6 +69,8 @@ class AdminTest : public GatewayTest {
     admin_port_ = free_port();
     options.extra_gateway_toml += "\n[admin]\n" + fmt::format("listen = [\"tcp://127.0.0.1:{}\"]\n", admin_port_);
     start(std::move(libraries), options);
+    // The gateway opens its admin listeners before its client ones: this holds at once.
+    ASSERT_TRUE(can_connect(admin_port_)) << "the admin port does not accept once the client port does";
   }
   std::uint16_t admin_port_ = 0;
 };
