@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <map>
 
 namespace rjg::config {
@@ -21,6 +22,116 @@ bool same_settings(const Library& a, const Library& b) {
   Library moved = b;
   moved.source_line = a.source_line;
   return a == moved;
+}
+
+bool is_glob(std::string_view name) { return name.find_first_of("*?") != std::string_view::npos; }
+bool Library::is_glob() const { return config::is_glob(name); }
+
+bool glob_match(std::string_view glob, std::string_view name) {
+  // '*' is '?' followed by a run of any length.
+  std::string pattern;
+  for (char c : glob) pattern += c == '*' ? std::string_view("?*") : std::string_view(&c, 1);
+  // Iterative, with one backtrack point: linear in practice, never exponential.
+  std::size_t p = 0, n = 0, star = std::string_view::npos, resume = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p;
+      ++n;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = n;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      n = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+bool valid_import_name(std::string_view name) {
+  if (name.empty()) return false;
+  bool part_start = true;
+  for (char c : name) {
+    const bool letter = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+    const bool digit = c >= '0' && c <= '9';
+    if (c == '.') {
+      if (part_start) return false;  // a leading '.', or ".."
+      part_start = true;
+      continue;
+    }
+    if (!letter && !digit) return false;
+    if (part_start && digit) return false;
+    part_start = false;
+  }
+  return !part_start;  // not ending with '.'
+}
+
+const std::vector<std::string>& default_deny() {
+  // Robot Framework's standard libraries (robot/libraries: STDLIBS) and robot itself, and the top-level
+  // modules of Python 3's standard library (sys.stdlib_module_names of 3.12, private ones left out: a
+  // leading '_' is caught by the same rule through their public parents, and denying them costs nothing).
+  static const std::vector<std::string> names = {
+      "BuiltIn", "Collections", "DateTime", "Dialogs", "Easter", "OperatingSystem", "Process", "Remote",
+      "Reserved", "Screenshot", "String", "Telnet", "XML", "robot", "JsonRpcRemote", "robotframework_jsonrpcremote",
+      "__future__", "__main__", "_thread", "abc", "aifc", "antigravity", "argparse", "array", "ast", "asynchat",
+      "asyncio", "asyncore", "atexit", "audioop", "base64", "bdb", "binascii", "bisect", "builtins", "bz2",
+      "cProfile", "calendar", "cgi", "cgitb", "chunk", "cmath", "cmd", "code", "codecs", "codeop", "collections",
+      "colorsys", "compileall", "concurrent", "configparser", "contextlib", "contextvars", "copy", "copyreg",
+      "crypt", "csv", "ctypes", "curses", "dataclasses", "datetime", "dbm", "decimal", "difflib", "dis",
+      "distutils", "doctest", "email", "encodings", "ensurepip", "enum", "errno", "faulthandler", "fcntl",
+      "filecmp", "fileinput", "fnmatch", "fractions", "ftplib", "functools", "gc", "genericpath", "getopt",
+      "getpass", "gettext", "glob", "graphlib", "grp", "gzip", "hashlib", "heapq", "hmac", "html", "http",
+      "idlelib", "imaplib", "imghdr", "imp", "importlib", "inspect", "io", "ipaddress", "itertools", "json",
+      "keyword", "lib2to3", "linecache", "locale", "logging", "lzma", "mailbox", "mailcap", "marshal", "math",
+      "mimetypes", "mmap", "modulefinder", "msilib", "msvcrt", "multiprocessing", "netrc", "nis", "nntplib",
+      "nt", "ntpath", "nturl2path", "numbers", "opcode", "operator", "optparse", "os", "ossaudiodev", "pathlib",
+      "pdb", "pickle", "pickletools", "pipes", "pkgutil", "platform", "plistlib", "poplib", "posix", "posixpath",
+      "pprint", "profile", "pstats", "pty", "pwd", "py_compile", "pyclbr", "pydoc", "pydoc_data", "pyexpat",
+      "queue", "quopri", "random", "re", "readline", "reprlib", "resource", "rlcompleter", "runpy", "sched",
+      "secrets", "select", "selectors", "shelve", "shlex", "shutil", "signal", "site", "smtpd", "smtplib",
+      "sndhdr", "socket", "socketserver", "spwd", "sqlite3", "sre_compile", "sre_constants", "sre_parse", "ssl",
+      "stat", "statistics", "string", "stringprep", "struct", "subprocess", "sunau", "symtable", "sys",
+      "sysconfig", "syslog", "tabnanny", "tarfile", "telnetlib", "tempfile", "termios", "textwrap", "this",
+      "threading", "time", "timeit", "tkinter", "token", "tokenize", "tomllib", "trace", "traceback",
+      "tracemalloc", "tty", "turtle", "turtledemo", "types", "typing", "unicodedata", "unittest", "urllib", "uu",
+      "uuid", "venv", "warnings", "wave", "weakref", "webbrowser", "winreg", "winsound", "wsgiref", "xdrlib",
+      "xml", "xmlrpc", "zipapp", "zipfile", "zipimport", "zlib", "zoneinfo"};
+  return names;
+}
+
+bool denied(const Library& library, std::string_view name) {
+  const auto& list = library.deny ? *library.deny : default_deny();
+  const auto first = name.substr(0, name.find('.'));
+  return std::any_of(list.begin(), list.end(), [&](const std::string& d) { return d == name || d == first; });
+}
+
+namespace {
+void substitute(std::string& text, std::string_view name) {
+  for (std::size_t at = 0; (at = text.find("{library}", at)) != std::string::npos; at += name.size())
+    text.replace(at, 9, name);
+}
+}  // namespace
+
+std::string Library::import_name() const {
+  if (is_upstream()) return upstream_name.empty() ? label() : upstream_name;
+  if (!imported.empty() && !name_in_command) return imported;
+  return "";
+}
+
+Library concrete(const Library& entry, std::string_view name) {
+  Library library = entry;
+  library.imported = std::string(name);
+  library.name_in_command = std::any_of(entry.command.begin(), entry.command.end(), [](const std::string& item) {
+    return item.find("{library}") != std::string::npos;
+  });
+  for (auto& item : library.command) substitute(item, name);
+  for (auto& [key, value] : library.env) substitute(value, name);
+  substitute(library.upstream, name);
+  substitute(library.upstream_name, name);
+  return library;
 }
 
 namespace {
@@ -115,7 +226,71 @@ class Loader {
     }
     check_prewarm_cap(table, prefix, library);
     check_prewarm_import(table, prefix, library);
+    check_command_or_upstream(table, prefix, library);
+    check_glob(table, prefix, library);
+    // An exact entry serves one name: "{library}" is that name from the start (glob entries substitute it
+    // at each import: concrete()).
+    if (!library.is_glob() && !library.name.empty()) library = concrete(library, library.name), library.imported.clear();
     return reader_.problem_count() == before;
+  }
+
+  // A library is a worker program or an upstream server: exactly one. What only a worker process has is an
+  // error next to an upstream, and ignored when it comes from [defaults].
+  void check_command_or_upstream(const toml::table& table, std::string_view prefix, Library& library) {
+    const bool command = table.get("command") != nullptr, upstream = table.get("upstream") != nullptr;
+    if (command && upstream)
+      reader_.problem(table.get("upstream")->source(),
+                      fmt::format("'{}.upstream' and '{}.command' are both set; expected exactly one: a worker program "
+                                  "(command) or a server elsewhere (upstream)",
+                                  prefix, prefix));
+    if (!command && !upstream)
+      reader_.problem(table.source(), fmt::format("[[library]] table {} has no 'command'; expected the worker program "
+                                                  "and its arguments, such as command = [\"robot-example-calculator\"], "
+                                                  "or an upstream server, such as upstream = \"tcp://bench-pc:8270\"",
+                                                  prefix));
+    if (table.get("upstream_name") && !upstream)
+      reader_.problem(table.get("upstream_name")->source(),
+                      fmt::format("'{}.upstream_name' is set without 'upstream'; expected it only with an upstream", prefix));
+    if (!upstream || command) return;
+    for (std::string_view key : {"isolation", "prewarm", "prewarm_import", "rlimits", "env", "cwd"}) {
+      if (const auto* node = table.get(key))
+        reader_.problem(node->source(),
+                        fmt::format("'{}.{}' does not apply to an upstream library: the gateway starts no process for "
+                                    "it, and each import opens a connection of its own; expected it removed",
+                                    prefix, key));
+    }
+    // From [defaults]: ignored (documented).
+    const Library plain;
+    library.isolation = plain.isolation;
+    library.prewarm = plain.prewarm;
+    library.prewarm_import = plain.prewarm_import;
+    library.rlimits = plain.rlimits;
+  }
+
+  // Glob entries: the deny list, and no prewarm or sharing where the command depends on the imported name.
+  void check_glob(const toml::table& table, std::string_view prefix, const Library& library) {
+    if (!library.is_glob()) {
+      if (const auto* node = table.get("deny"))
+        reader_.problem(node->source(), fmt::format("'{}.deny' applies only to a glob entry (a name with '*' or '?'); "
+                                                    "expected it removed, or a glob name",
+                                                    prefix));
+      return;
+    }
+    const bool per_name = std::any_of(library.command.begin(), library.command.end(),
+                                      [](const std::string& item) { return item.find("{library}") != std::string::npos; });
+    if (!per_name) return;
+    auto at = [&](std::string_view key) { return table.get(key) ? table.get(key) : table.get("command"); };
+    if (library.prewarm > 0)
+      reader_.problem(at("prewarm")->source(),
+                      fmt::format("'{}' = {} on glob entry \"{}\" whose command contains {{library}}: a worker cannot "
+                                  "be started before the name it serves is known; expected prewarm = 0",
+                                  setting_key(table, prefix, "prewarm"), library.prewarm, library.name));
+    if (library.isolation == Isolation::shared)
+      reader_.problem(at("isolation")->source(),
+                      fmt::format("'{}' = \"shared\" on glob entry \"{}\" whose command contains {{library}}: each "
+                                  "imported name needs a worker of its own; expected isolation = \"session\", or a "
+                                  "command without {{library}}",
+                                  setting_key(table, prefix, "isolation"), library.name));
   }
 
   // The admin endpoint cannot share an address with the gateway, nor both take "every other" passed socket.
@@ -124,6 +299,13 @@ class Loader {
     if (!listen || !listen->is_array()) return;
     for (std::size_t i = 0; i < config.admin.listen.size(); ++i) {
       const auto& admin = config.admin.listen[i];
+      if (admin.kind == ListenAddress::Kind::unix_socket) {
+        const auto* element = listen->as_array()->get(i);
+        reader_.problem(element ? element->source() : listen->source(),
+                        fmt::format("'admin.listen[{}]' = \"{}\": the admin endpoint listens on TCP only; expected "
+                                    "\"tcp://HOST:PORT\" or a systemd socket",
+                                    i, admin.text));
+      }
       for (const auto& gateway : config.gateway.listen) {
         const bool same = admin.kind == gateway.kind && admin.kind == ListenAddress::Kind::systemd
                               ? admin.fd_name == gateway.fd_name

@@ -56,7 +56,18 @@ struct Library {
   // command[0] without a slash is looked up in PATH (then next to the gateway) by --check-config and again
   // at each worker start, by the same function (workers::resolve_command); with a slash it has been made
   // absolute against the configuration file's directory.
-  std::vector<std::string> command;
+  std::vector<std::string> command;  // empty when `upstream` is set
+  // A server of the protocol elsewhere, instead of a worker process: "tcp://HOST:PORT" ({library} may stand
+  // for the imported name); empty: `command`.
+  std::string upstream;
+  std::string upstream_name;  // the name imported on the upstream; empty: the imported name
+  Duration connect_timeout{std::chrono::seconds(10)};
+  // Glob entries: names refused; none: kDefaultDeny.
+  std::optional<std::vector<std::string>> deny;
+  // Set by concrete() on a glob entry, for one import: the name the client imported (name stays the
+  // entry's, which names its pool and metrics), and whether the command depends on it.
+  std::string imported;
+  bool name_in_command = false;
   std::map<std::string, std::string> env;    // added to the worker's environment
   std::optional<std::string> cwd;              // absolute (relative ones resolved against the file's directory)
   Duration startup_timeout{std::chrono::seconds(30)};  // spawn until the worker answers initialize
@@ -83,7 +94,33 @@ struct Library {
   int source_line = 0;  // where the [[library]] table starts
 
   bool operator==(const Library&) const = default;
+
+  bool is_upstream() const { return !upstream.empty(); }
+  bool is_glob() const;
+  // The library as log lines and errors name it: the imported name through a glob entry, else the name.
+  const std::string& label() const { return imported.empty() ? name : imported; }
+  // What the worker or upstream is asked to import: an upstream, its upstream_name or the imported name; a
+  // glob entry whose command does not name the library, the imported name; "" otherwise (a worker program
+  // serves the library its command line names).
+  std::string import_name() const;
 };
+
+// Whether a library name is a glob ("Selenium*": has '*' or '?').
+bool is_glob(std::string_view name);
+// '*' one or more characters ("Lab*" does not serve "Lab" itself), '?' one character; nothing else is special.
+bool glob_match(std::string_view pattern, std::string_view name);
+// A name a client may import through a glob entry: letters, digits, '_' and '.'; not starting with '.'
+// or a digit, no empty part between dots. What could be a path, an option or a traversal ("-c", "a/b",
+// "../x") is not.
+bool valid_import_name(std::string_view name);
+// The names a glob entry refuses when its `deny` is not set: Robot Framework's standard libraries and the
+// top-level modules of Python's standard library.
+const std::vector<std::string>& default_deny();
+// Whether `library` (a glob entry) refuses `name`: the whole name or its first dotted part is in its deny list.
+bool denied(const Library& library, std::string_view name);
+// A glob entry as it serves the imported `name`: `{library}` replaced by it in command items, env values,
+// upstream and upstream_name, and `imported` set. (In exact entries the loader replaced {library} already.)
+Library concrete(const Library& entry, std::string_view name);
 
 struct Gateway {
   std::vector<ListenAddress> listen{*parse_listen_address("tcp://127.0.0.1:8271")};
@@ -103,6 +140,10 @@ struct Gateway {
   std::size_t max_sessions = 1024;                        // connections at once; 0: none
   std::size_t max_sessions_per_client = 64;               // per source address; 0: none
   std::vector<Network> allow_from;                        // CIDR networks; empty: every address
+  // Load balancers whose connections start with a PROXY protocol header (v1 or v2); empty: none.
+  std::vector<Network> proxy_protocol_from;
+  unsigned unix_mode = 0660;  // socket files of unix: listeners
+  std::string unix_group;     // their group; empty: the gateway's own
 
   // Bounded memory per connection.
   std::uint64_t max_pending_bytes = 16u * 1024 * 1024;  // request texts of one connection waiting for a worker

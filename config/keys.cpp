@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <grp.h>
+
 #include <algorithm>
 #include <array>
 #include <set>
@@ -173,16 +175,21 @@ void load_listen(Reader& reader, const toml::node& node, const std::string& key,
     if (!address) {
       reader.problem(element.source(), fmt::format("'{}' = \"{}\" is not a listen address: {}; expected "
                                                    "\"tcp://HOST:PORT\" with HOST an IPv4 address, localhost or "
-                                                   "[IPv6], for example \"tcp://127.0.0.1:8271\", or \"systemd\" "
-                                                   "or \"systemd:NAME\" for sockets systemd passes",
+                                                   "[IPv6], for example \"tcp://127.0.0.1:8271\", \"unix:/PATH\" "
+                                                   "for a Unix socket, or \"systemd\" or \"systemd:NAME\" for "
+                                                   "sockets systemd passes",
                                                    element_key, *text, why));
       continue;
     }
-    // Port 0 picks a free port each time, so it may be listed twice; "systemd" and "systemd:NAME" may not.
-    const bool from_systemd = address->kind == ListenAddress::Kind::systemd;
-    const auto id = from_systemd ? std::pair<std::string, unsigned short>{address->text, 0}
-                                 : std::pair<std::string, unsigned short>{address->host, address->port};
-    if ((from_systemd || address->port != 0) && !seen.emplace(id).second) {
+    // Port 0 picks a free port each time, so it may be listed twice; "systemd", "systemd:NAME" and a Unix
+    // socket path may not.
+    const bool by_text = address->kind != ListenAddress::Kind::tcp;
+    const auto id = by_text ? std::pair<std::string, unsigned short>{address->kind == ListenAddress::Kind::unix_socket
+                                                                         ? address->path
+                                                                         : address->text,
+                                                                     0}
+                            : std::pair<std::string, unsigned short>{address->host, address->port};
+    if ((by_text || address->port != 0) && !seen.emplace(id).second) {
       reader.problem(element.source(),
                      fmt::format("'{}' = \"{}\" is listed twice; expected each address once", element_key, *text));
       continue;
@@ -194,10 +201,13 @@ void load_listen(Reader& reader, const toml::node& node, const std::string& key,
   gateway.listen = std::move(listen);
 }
 
-template <class Model>
-void load_allow_from(Reader& reader, const toml::node& node, const std::string& key, Model& gateway) {
+// allow_from of [gateway] and [admin], proxy_protocol_from: lists of networks.
+std::optional<std::vector<Network>> load_networks(Reader& reader, const toml::node& node, const std::string& key) {
   auto* array = node.as_array();
-  if (!array) return reader.wrong_type(node, key, "an array of strings such as [\"10.0.0.0/8\", \"::1\"]");
+  if (!array) {
+    reader.wrong_type(node, key, "an array of strings such as [\"10.0.0.0/8\", \"::1\"]");
+    return std::nullopt;
+  }
   std::vector<Network> networks;
   std::vector<std::size_t> indices;  // allow_from index of each network kept
   for (std::size_t i = 0; i < array->size(); ++i) {
@@ -226,7 +236,50 @@ void load_allow_from(Reader& reader, const toml::node& node, const std::string& 
     networks.push_back(std::move(*network));
     indices.push_back(i);
   }
-  gateway.allow_from = std::move(networks);
+  return networks;
+}
+
+template <class Model>
+Key<Model> networks(std::string_view name, std::vector<Network> Model::*field, std::string_view empty,
+                    std::string_view doc) {
+  return {.name = name,
+          .type = "array of strings (networks)",
+          .default_text = code("[]", empty),
+          .range = "each network at most once",
+          .doc = doc,
+          .load = [=](Reader& reader, const toml::node& node, const std::string& key, Model& model) {
+            if (auto list = load_networks(reader, node, key)) model.*field = std::move(*list);
+          }};
+}
+
+void load_unix_mode(Reader& reader, const toml::node& node, const std::string& key, Gateway& gateway) {
+  auto text = reader.get_string(node, key);
+  if (!text) return;
+  const bool octal = text->size() >= 3 && text->size() <= 4 &&
+                     std::all_of(text->begin(), text->end(), [](char c) { return c >= '0' && c <= '7'; });
+  const unsigned mode = octal ? static_cast<unsigned>(std::stoul(*text, nullptr, 8)) : 0;
+  if (!octal || mode > 0777)
+    return reader.problem(node.source(), fmt::format("'{}' = \"{}\" is not a file mode; expected octal digits such as "
+                                                     "\"0660\" (owner and group may connect) or \"0600\" (owner only)",
+                                                     key, *text));
+  if ((mode & 0600) != 0600)
+    return reader.problem(node.source(), fmt::format("'{}' = \"{}\" leaves the owner (the gateway) without read and "
+                                                     "write; expected at least \"0600\"",
+                                                     key, *text));
+  gateway.unix_mode = mode;
+}
+
+void load_unix_group(Reader& reader, const toml::node& node, const std::string& key, Gateway& gateway) {
+  auto text = reader.get_string(node, key);
+  if (!text) return;
+  if (text->empty() || !reader.no_nul(node, key, *text))
+    return reader.problem(node.source(), fmt::format("'{}' is empty; expected a group name or number", key));
+  const bool number = std::all_of(text->begin(), text->end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!number && !::getgrnam(text->c_str()))
+    return reader.problem(node.source(), fmt::format("'{}' = \"{}\": this host has no group of that name; expected an "
+                                                     "existing group name or number",
+                                                     key, *text));
+  gateway.unix_group = *text;
 }
 
 // Only a valid name is set: the loader then checks that it is unique.
@@ -241,7 +294,67 @@ void load_name(Reader& reader, const toml::node& node, const std::string& key, L
     return reader.problem(node.source(), fmt::format("'{}' = \"{}\" is not a valid library name; expected a non-empty "
                                                      "name without spaces or control characters, as clients import it",
                                                      key, *name));
+  if (is_glob(*name)) {
+    // A route that lets clients choose what is imported needs a fence: a literal prefix of at least two
+    // characters (a bare "*" with the reference server as worker would import os, Process, anything).
+    const auto prefix = name->substr(0, name->find_first_of("*?"));
+    if (prefix.size() < 2)
+      return reader.problem(node.source(),
+                            fmt::format("'{}' = \"{}\" is a catch-all route without a literal prefix of at least two "
+                                        "characters; a client could import any module through it (os, Process, "
+                                        "subprocess); expected a prefix such as \"Selenium*\" or \"Lab*\"",
+                                        key, *name));
+    if (!valid_import_name(prefix))
+      return reader.problem(node.source(),
+                            fmt::format("'{}' = \"{}\": the prefix '{}' is not the start of a library name; expected "
+                                        "letters, digits, '_' and '.' before the first '*' or '?'",
+                                        key, *name, prefix));
+  }
   library.name = *name;
+}
+
+void load_upstream(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
+  auto text = reader.get_string(node, key);
+  if (!text) return;
+  std::string why;
+  // "{library}" stands for the imported name: checked here with a name in its place.
+  std::string probe = *text;
+  for (std::size_t at; (at = probe.find("{library}")) != std::string::npos;) probe.replace(at, 9, "name");
+  if (!parse_upstream_address(probe, &why))
+    return reader.problem(node.source(), fmt::format("'{}' = \"{}\" is not an upstream address: {}; expected "
+                                                     "\"tcp://HOST:PORT\", such as \"tcp://bench-pc-7:8270\"",
+                                                     key, *text, why));
+  library.upstream = *text;
+}
+
+void load_upstream_name(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
+  auto text = reader.get_string(node, key);
+  if (!text) return;
+  if (!valid_import_name(*text) && text->find("{library}") == std::string::npos)
+    return reader.problem(node.source(), fmt::format("'{}' = \"{}\" is not a library name; expected letters, digits, "
+                                                     "'_' and '.', as the upstream imports it",
+                                                     key, *text));
+  library.upstream_name = *text;
+}
+
+void load_deny(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
+  auto* array = node.as_array();
+  if (!array) return reader.wrong_type(node, key, "an array of library names such as [\"SeleniumLibrary.Testing\"]");
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const toml::node& element = *array->get(i);
+    auto element_key = fmt::format("{}[{}]", key, i);
+    auto name = reader.get_string(element, element_key);
+    if (!name) continue;
+    if (!valid_import_name(*name)) {
+      reader.problem(element.source(), fmt::format("'{}' = \"{}\" is not a library name; expected letters, digits, "
+                                                   "'_' and '.'",
+                                                   element_key, *name));
+      continue;
+    }
+    names.push_back(std::move(*name));
+  }
+  library.deny = std::move(names);
 }
 
 void load_command(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
@@ -391,12 +504,31 @@ const std::vector<Key<Gateway>>& gateway_keys() {
               "Most client connections at once; further ones are refused (closed)."),
       integer("max_sessions_per_client", &Gateway::max_sessions_per_client, {.zero = "no limit"},
               "Most connections at once from one source address; further ones from it are refused."),
-      {.name = "allow_from",
-       .type = "array of strings (networks)",
-       .default_text = code("[]", "every address"),
-       .range = "each network at most once",
-       .doc = "The client addresses allowed to connect; a connection from any other is closed without being served.",
-       .load = load_allow_from<Gateway>},
+      networks("allow_from", &Gateway::allow_from, "every address",
+               "The client addresses allowed to connect over TCP; a connection from any other is closed without being "
+               "served. Behind a load balancer that sends the PROXY protocol (`proxy_protocol_from`), the address in "
+               "its header is the client's. Unix-socket clients are not checked: the socket file's mode and group "
+               "decide who connects."),
+      networks("proxy_protocol_from", &Gateway::proxy_protocol_from, "none",
+               "Load balancers (HAProxy `send-proxy`/`send-proxy-v2`, a Kubernetes Service with the PROXY protocol): a "
+               "TCP connection from these networks must start with a PROXY protocol header (version 1 or 2), read "
+               "within `handshake_timeout`, and the client address in it counts everywhere (`allow_from`, "
+               "`max_sessions_per_client`, logs, `/status`). A connection from them without a valid header is "
+               "refused, and so is a header from any other address. A version 2 `LOCAL` header (a health check) is "
+               "served as the balancer's own connection."),
+      {.name = "unix_mode",
+       .type = "string (octal)",
+       .default_text = code("\"0660\""),
+       .range = "`\"0600\"` to `\"0777\"`; the owner can always read and write",
+       .doc = "Permissions of the socket files of `unix:` listeners: who may connect (write permission on the file "
+              "is what connecting needs).",
+       .load = load_unix_mode},
+      {.name = "unix_group",
+       .type = "string",
+       .default_text = "the gateway's group",
+       .range = "a group name or number",
+       .doc = "Group of the socket files of `unix:` listeners (the gateway must be a member, or root).",
+       .load = load_unix_group},
       // Below 64 KiB a single ordinary keyword call could not wait: surely a value written without its unit.
       size("max_pending_bytes", &Gateway::max_pending_bytes, {.zero_ok = false, .min = 64 * 1024},
            "Most bytes of request text one connection may have waiting for a worker; a request beyond it is "
@@ -432,13 +564,9 @@ const std::vector<Key<Admin>>& admin_keys() {
               "`[gateway] listen` leaves it alone.",
        .missing = "the addresses of the admin endpoint, such as listen = [\"tcp://127.0.0.1:9271\"]",
        .load = load_listen<Admin>},
-      {.name = "allow_from",
-       .type = "array of strings (networks)",
-       .default_text = code("[]", "every address"),
-       .range = "each network at most once",
-       .doc = "The addresses allowed to use the endpoint; a connection from any other is closed without an answer. "
-              "Independent of `[gateway] allow_from`.",
-       .load = load_allow_from<Admin>},
+      networks("allow_from", &Admin::allow_from, "every address",
+               "The addresses allowed to use the endpoint; a connection from any other is closed without an answer. "
+               "Independent of `[gateway] allow_from`."),
   };
   return keys;
 }
@@ -450,22 +578,25 @@ const std::vector<Key<Library>>& library_keys() {
         {.name = "name",
          .type = "string",
          .default_text = "required",
-         .range = "unique; not empty; no whitespace or control characters",
-         .doc = "The name clients import, matched exactly (case-sensitive).",
+         .range = "unique; not empty; no whitespace or control characters; a glob needs a literal prefix of 2 "
+                  "characters or more",
+         .doc = "The name clients import, matched exactly (case-sensitive); or a glob with `*` and `?` "
+                "(`\"Selenium*\"`) that serves every valid library name it matches, after the exact names, in file "
+                "order (a catch-all route: see `deny`).",
          .missing = "the name clients import, such as name = \"Calculator\"",
          .load = load_name},
         {.name = "command",
          .type = "array of strings",
-         .default_text = "required",
+         .default_text = "required unless `upstream`",
          .range = "not empty; no empty strings",
-         .doc = "The worker program and its arguments.",
-         .missing = "the worker program and its arguments, such as command = [\"robot-example-calculator\"]",
+         .doc = "The worker program and its arguments. `{library}` in an item is replaced by the imported name.",
          .load = load_command},
         {.name = "env",
          .type = "table of strings",
          .default_text = code("{}"),
          .range = "names `[A-Za-z_][A-Za-z0-9_]*`",
-         .doc = "Variables added to (or replacing those of) the gateway's environment for this worker.",
+         .doc = "Variables added to (or replacing those of) the gateway's environment for this worker. `{library}` "
+                "in a value is replaced by the imported name.",
          .load = load_env},
         {.name = "cwd",
          .type = "string (path)",
@@ -482,6 +613,8 @@ const std::vector<Key<Library>>& library_keys() {
         duration("shutdown_grace", &Library::shutdown_grace, {},
                  "Stopping a worker: how long after `robot/shutdown` and `robot/exit` before SIGTERM, and after "
                  "SIGTERM before SIGKILL."),
+        duration("connect_timeout", &Library::connect_timeout, {.nonzero = true},
+                 "Upstreams: from resolving the host until the connection is open; a slower one fails the import."),
         choice("isolation", &Library::isolation, kIsolations, "an isolation mode",
                "`session`: every import gets a worker of its own; `shared`: imports share long-lived workers."),
         integer("prewarm", &Library::prewarm, {.max = 64},
@@ -530,6 +663,32 @@ const std::vector<Key<Library>>& library_keys() {
       key.in_defaults = true;
       keys.push_back(std::move(key));
     }
+    // Libraries served elsewhere, and catch-all routes.
+    std::vector<Key<Library>> more = {
+        {.name = "upstream",
+         .type = "string",
+         .default_text = "none",
+         .range = "`tcp://HOST:PORT`; exactly one of `command` and `upstream`",
+         .doc = "Instead of a worker process: a server of the protocol elsewhere (the reference server, another "
+                "gateway, a library with `--tcp`). Each import opens its own connection, resolved at connect time. "
+                "`{library}` is replaced by the imported name. `isolation`, `prewarm`, `prewarm_import`, `rlimits`, "
+                "`env` and `cwd` do not apply (in this table: an error; from `[defaults]`: ignored).",
+         .load = load_upstream},
+        {.name = "upstream_name",
+         .type = "string",
+         .default_text = "the imported name",
+         .range = "a library name",
+         .doc = "The name the import uses on the upstream, when it differs from the name clients import.",
+         .load = load_upstream_name},
+        {.name = "deny",
+         .type = "array of strings",
+         .default_text = "Robot Framework's standard libraries and Python's standard modules",
+         .range = "library names; glob entries only",
+         .doc = "Names a glob entry refuses to import, matched against the whole name and its first dotted part "
+                "(`os` also refuses `os.path`). Setting it replaces the default list; `[]` refuses nothing.",
+         .load = load_deny},
+    };
+    for (auto& key : more) keys.push_back(std::move(key));
     return keys;
   }();
   return keys;

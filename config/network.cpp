@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 
 namespace rjg::config {
@@ -30,8 +31,23 @@ std::optional<ListenAddress> parse_listen_address(std::string_view text, std::st
     passed.fd_name = std::string(name);
     return passed;
   }
+  if (text.starts_with("unix:")) {
+    std::string_view path = text.substr(5);
+    if (path.starts_with("//")) return fail("a Unix socket is written \"unix:/PATH\", with one slash before the path");
+    if (path.empty() || path.front() != '/') return fail("the socket path after \"unix:\" must be absolute");
+    // sun_path holds 108 bytes, the terminating NUL included.
+    if (path.size() > 107) return fail("the socket path is longer than 107 bytes, the most a Unix socket address holds");
+    if (path.back() == '/') return fail("the socket path names a directory");
+    for (char c : path)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return fail("the socket path has a control character");
+    ListenAddress address;
+    address.kind = ListenAddress::Kind::unix_socket;
+    address.path = std::string(path);
+    address.text = std::string(text);
+    return address;
+  }
   constexpr std::string_view kScheme = "tcp://";
-  if (text.substr(0, kScheme.size()) != kScheme) return fail("it does not start with tcp:// (or systemd)");
+  if (text.substr(0, kScheme.size()) != kScheme) return fail("it does not start with tcp:// (or unix: or systemd)");
   std::string_view rest = text.substr(kScheme.size());
 
   std::string host;
@@ -67,6 +83,48 @@ std::optional<ListenAddress> parse_listen_address(std::string_view text, std::st
   address.host = std::move(host);
   address.port = static_cast<unsigned short>(port);
   address.text = std::string(text);
+  return address;
+}
+
+std::optional<UpstreamAddress> parse_upstream_address(std::string_view text, std::string* why) {
+  auto fail = [&](std::string reason) -> std::optional<UpstreamAddress> {
+    if (why) *why = std::move(reason);
+    return std::nullopt;
+  };
+  constexpr std::string_view kScheme = "tcp://";
+  if (!text.starts_with(kScheme)) return fail("it does not start with tcp://");
+  std::string_view rest = text.substr(kScheme.size());
+  UpstreamAddress address;
+  address.text = std::string(text);
+  std::string_view port_text;
+  if (!rest.empty() && rest.front() == '[') {
+    auto close = rest.find(']');
+    if (close == std::string_view::npos) return fail("the IPv6 address has no closing ']'");
+    address.host = std::string(rest.substr(1, close - 1));
+    in6_addr addr6{};
+    if (inet_pton(AF_INET6, address.host.c_str(), &addr6) != 1)
+      return fail(fmt::format("'{}' is not an IPv6 address", address.host));
+    rest.remove_prefix(close + 1);
+    if (!rest.starts_with(':')) return fail("the port is missing after the address");
+    port_text = rest.substr(1);
+  } else {
+    auto colon = rest.rfind(':');
+    if (colon == std::string_view::npos) return fail("the port is missing (\":PORT\")");
+    address.host = std::string(rest.substr(0, colon));
+    port_text = rest.substr(colon + 1);
+    if (address.host.empty()) return fail("the host is missing");
+    if (address.host.find(':') != std::string::npos) return fail("an IPv6 address must be written in brackets");
+    // A DNS name or an address: letters, digits, '-', '.' and '_' (names of containers and hosts in labs).
+    for (char c : address.host)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '_')
+        return fail(fmt::format("'{}' is not a host name or address", address.host));
+  }
+  if (port_text.empty() || port_text.size() > 5 ||
+      !std::all_of(port_text.begin(), port_text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return fail(fmt::format("port '{}' is not a number from 1 to 65535", port_text));
+  unsigned long port = std::stoul(std::string(port_text));
+  if (port == 0 || port > 65535) return fail(fmt::format("port {} is not from 1 to 65535", port));
+  address.port = static_cast<unsigned short>(port);
   return address;
 }
 

@@ -9,16 +9,17 @@
 
 namespace rjg::config {
 
-// One address to listen on: "tcp://HOST:PORT" (HOST may be an IPv6 literal in brackets), or sockets
-// systemd passed (socket activation): "systemd:NAME" those named NAME (FileDescriptorName=), a bare
-// "systemd" every passed socket that no other entry names.
+// One address to listen on: "tcp://HOST:PORT" (HOST may be an IPv6 literal in brackets), a Unix socket
+// "unix:/ABSOLUTE/PATH", or sockets systemd passed (socket activation): "systemd:NAME" those named NAME
+// (FileDescriptorName=), a bare "systemd" every passed socket that no other entry names.
 struct ListenAddress {
-  enum class Kind { tcp, systemd };
+  enum class Kind { tcp, systemd, unix_socket };
   std::string host;  // tcp: "127.0.0.1", "localhost" or an IPv6 address without its brackets ("::1")
   unsigned short port = 0;
   std::string text;  // as written, for log lines
   Kind kind = Kind::tcp;
   std::string fd_name;  // systemd: the name; empty for a bare "systemd"
+  std::string path;     // unix_socket: the socket file's absolute path
 
   bool operator==(const ListenAddress&) const = default;
 };
@@ -46,9 +47,19 @@ struct Network {
 };
 
 // Parses "tcp://HOST:PORT" (HOST: IPv4 literal, localhost, or [IPv6]; PORT 0-65535, 0 picks a free port),
-// "systemd" or "systemd:NAME" (NAME: 1 to 255 printable ASCII characters, no ':').
+// "unix:/PATH" (absolute, at most 107 bytes: sun_path), "systemd" or "systemd:NAME" (NAME: 1 to 255 printable
+// ASCII characters, no ':').
 // Returns nullopt if invalid, and says why in *why when given.
 std::optional<ListenAddress> parse_listen_address(std::string_view text, std::string* why = nullptr);
+
+// Where an upstream library server listens: "tcp://HOST:PORT" with HOST a name (resolved at each connect),
+// an IPv4 address or [IPv6]; PORT 1-65535.
+struct UpstreamAddress {
+  std::string host;  // without brackets
+  unsigned short port = 0;
+  std::string text;  // as written
+};
+std::optional<UpstreamAddress> parse_upstream_address(std::string_view text, std::string* why = nullptr);
 
 // Parses "ADDRESS" or "ADDRESS/PREFIX" (IPv4 or IPv6 literal, no brackets). Returns nullopt if invalid, and
 // says why in *why when given.

@@ -61,7 +61,10 @@ std::uint64_t rss_of(pid_t pid) {
 
 }  // namespace
 
-Server::~Server() = default;  // here, where LoopHeartbeat is complete
+// Here, where LoopHeartbeat is complete. Unix socket files go with their listeners.
+Server::~Server() {
+  for (const auto& listener : listeners_) listener.close();
+}
 
 std::optional<HttpResponse> Server::admin_page(std::string_view path) const {
   if (path == "/metrics") {
@@ -99,7 +102,8 @@ std::string Server::metrics_text() const {
   Family(out, "sessions_total", "counter", "Client sessions accepted since start.").sample("", count(m.sessions_total));
   {
     Family f(out, "connections_refused_total", "counter", "Client connections refused, by the limit that refused them.");
-    constexpr std::array<std::string_view, 3> reasons = {"allow_from", "max_sessions", "max_sessions_per_client"};
+    constexpr std::array<std::string_view, 4> reasons = {"allow_from", "max_sessions", "max_sessions_per_client",
+                                                         "proxy_header"};
     for (std::size_t i = 0; i < reasons.size(); ++i) f.sample(fmt::format("reason=\"{}\"", reasons[i]), count(m.refused[i]));
   }
   Family(out, "requests_in_flight", "gauge", "Client requests being answered now.")

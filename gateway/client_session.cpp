@@ -341,6 +341,12 @@ void ClientSession::on_import_library(const Message& request, params::ImportLibr
                 json::serialize(json::object{{"library", params.name}, {"removed", true}, {"available", std::move(available)}}));
     return;
   }
+  if (!library && !route.refused.empty()) {
+    log::warn("{}: import of '{}' refused: {}", name_, log::printable(params.name, 200), route.refused);
+    reply.error(protocol::kUnknownLibrary, fmt::format("Library '{}' is not served: {}.", params.name, route.refused),
+                json::serialize(json::object{{"library", params.name}, {"refused", route.refused}}));
+    return;
+  }
   if (!library) {
     json::array available;
     for (auto& name : context_.router.names()) available.emplace_back(name);
@@ -351,7 +357,7 @@ void ClientSession::on_import_library(const Message& request, params::ImportLibr
     return;
   }
   if (auto refused = refuse_argument_pickles(*library, {{"args", params.of(params.args)}, {"kw_args", params.of(params.kw_args)}})) {
-    log::warn("{}: import of {} refused: {}", name_, library->name, refused->message);
+    log::warn("{}: import of {} refused: {}", name_, library->label(), refused->message);
     workers::LibraryMetrics::add(context_.metrics.library(library->name).imports, workers::ImportOutcome::error);
     reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
     return;
@@ -362,7 +368,7 @@ void ClientSession::on_import_library(const Message& request, params::ImportLibr
 asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportLibrary params,
                                                     std::shared_ptr<const config::Library> route) {
   const config::Library* settings = route.get();
-  log::info("{}: importing library {}", name_, settings->name);
+  log::info("{}: importing library {}", name_, settings->label());
   auto& metrics = context_.metrics.library(settings->name);
   struct Outcome {
     workers::LibraryMetrics& metrics;
@@ -377,7 +383,7 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
         without_arguments(params) ? leases_.acquire_without_arguments(*settings) : leases_.acquire(*settings);
     lease = co_await std::move(acquiring);
   } catch (const workers::WorkerError& e) {
-    log::warn("{}: import of {} failed: {}", name_, settings->name, e.what());
+    log::warn("{}: import of {} failed: {}", name_, settings->label(), e.what());
     acquire_failure = from(e);
   }
   if (acquire_failure) {
@@ -418,15 +424,16 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
       co_return;
     }
     if (escaped)
-      log::debug("{}: import of {}: escaped {} argument string(s) for worker pid {}", name_, library.name, escaped,
-                 lease->pid());
+      log::debug("{}: import of {}: escaped {} argument string(s) for worker {}", name_, library.label(), escaped,
+                 lease->where());
   }
 
   std::optional<Failure> failure;
   if (!answer) {
     // The worker's own command line names its library, so it is asked for its default one: the
-    // configured name is the gateway's alias and need not match the worker's.
-    std::string worker_params = params.with({{params.name_value, "\"\""}});
+    // configured name is the gateway's alias and need not match the worker's. An upstream, or a worker a
+    // glob entry serves without naming the library on its command line, is asked for the name.
+    std::string worker_params = params.with({{params.name_value, json::serialize(json::value(library.import_name()))}});
     try {
       auto relay = std::make_shared<CallRelay>(weak_from_this(), library, name_);
       answer.emplace(co_await lease->import_library(std::move(worker_params), relay));
@@ -435,11 +442,11 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
     }
   }
   if (!failure && answer->kind == Message::Kind::error_response) {
-    log::warn("{}: library {} failed to import in worker pid {}: {}", name_, library.name, lease->pid(),
+    log::warn("{}: library {} failed to import in worker {}: {}", name_, library.label(), lease->where(),
               answer->error_message());
     failure = Failure{answer->error_code(),
-                      fmt::format("Library '{}' failed to import in its worker (pid {}): {}", library.name,
-                                  lease->pid(), answer->error_message()),
+                      fmt::format("Library '{}' failed to import in its worker ({}): {}", library.label(),
+                                  lease->where(), answer->error_message()),
                       std::string(answer->error_data_text())};
     // The worker's error data travels to the client: the policy applies to it too.
     if (auto refused = co_await refuse_answer_pickles(library, {"error.data", answer->error_data_text()}))
@@ -448,8 +455,8 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
   std::optional<WorkerToken> worker_token;
   if (!failure && !(worker_token = worker_token_of(*answer))) {
     failure = Failure{protocol::kWorkerFailed,
-                      fmt::format("The worker of library '{}' (pid {}) answered robot/import_library without a token",
-                                  library.name, lease->pid()),
+                      fmt::format("The worker of library '{}' ({}) answered robot/import_library without a token",
+                                  library.label(), lease->where()),
                       {}};
   }
   if (!failure) {
@@ -459,14 +466,14 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
       failure = Failure{protocol::kPickleRefused, refused->message, refused->data_json};
   }
   if (failure) {
-    log::warn("{}: import of {} failed: {}", name_, library.name, failure->message);
+    log::warn("{}: import of {} failed: {}", name_, library.label(), failure->message);
     co_await room_for_answer();
     reply.error(failure->code, failure->message, failure->data_json);
     co_await lease->release("its import failed");
     co_return;
   }
 
-  Import import{TokenMap::new_token(library.name), library.name, worker_token->token, lease, route, &metrics};
+  Import import{TokenMap::new_token(library.label()), library.label(), worker_token->token, lease, route, &metrics};
   // Before the ending_ check: nothing may suspend between it and adding the import.
   co_await room_for_answer();
   if (ending_) {
@@ -474,7 +481,7 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
     co_await lease->end(finalize_params(import), "its session closed during the import");
     co_return;
   }
-  log::info("{}: imported library {} in worker pid {}{}", name_, library.name, lease->pid(),
+  log::info("{}: imported library {} in worker {}{}", name_, library.label(), lease->where(),
             imported_ahead ? " (warm, imported ahead of time)" : lease->prewarmed() ? " (warm)" : "");
   auto answer_text = to_client(*answer, *worker_token, reply.id_text(), import.token);
   tokens_.add(std::move(import));
@@ -512,8 +519,8 @@ void ClientSession::on_run_keyword(const Message& request, params::RunKeyword pa
       return;
     }
     if (const auto escaped = escape_arguments(params))
-      log::debug("{}: keyword '{}' of {}: escaped {} argument string(s) for worker pid {}", name_, params.name,
-                 import->library, escaped, import->lease->pid());
+      log::debug("{}: keyword '{}' of {}: escaped {} argument string(s) for worker {}", name_, params.name,
+                 import->library, escaped, import->lease->where());
   }
   // The import is copied: a finalize that arrives meanwhile queues behind this call on the worker.
   spawn(run_keyword(std::move(reply), to_worker(params, *import), params.name, *import), "run_keyword");

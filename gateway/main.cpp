@@ -13,7 +13,9 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <sched.h>
 #include <sys/prctl.h>
 
@@ -22,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +36,7 @@
 namespace {
 
 constexpr const char* kUsage = R"(usage: robot-jsonrpc-gateway --config FILE
+       robot-jsonrpc-gateway --stdio --config FILE
        robot-jsonrpc-gateway --check-config FILE
        robot-jsonrpc-gateway --version
 
@@ -41,6 +45,10 @@ of its own. Logs go to stderr. SIGTERM or SIGINT: stop accepting; the sessions a
 working until they end or [gateway] drain_timeout passes; then end every worker and exit 0. A second
 signal kills the workers at once. SIGHUP: read FILE again; a file with problems changes nothing, a good
 one applies to new connections and imports without cutting any session.
+
+--stdio: serve exactly one client on stdin/stdout (JsonRpcRemote's stdio:COMMAND) and open no listener
+([gateway] listen is ignored; [admin] still applies). Stdout carries frames only. When stdin closes or the
+client sends robot/exit, every worker is stopped and the gateway exits 0.
 )";
 
 // One event loop: an io_context run by one thread, whose services can be shut down before anything is
@@ -74,8 +82,12 @@ int check_config(const std::string& path) {
       return 1;
     }
     std::string names;
-    for (const auto& lib : config.libraries)
-      names += (names.empty() ? "" : ", ") + lib.name + ": " + *rjg::workers::resolve_command(lib.command.at(0)).path;
+    for (const auto& lib : config.libraries) {
+      std::string serves = lib.is_upstream()                                          ? "upstream " + lib.upstream
+                           : lib.command.at(0).find("{library}") != std::string::npos ? lib.command.at(0)
+                                                                                       : *rjg::workers::resolve_command(lib.command.at(0)).path;
+      names += (names.empty() ? "" : ", ") + lib.name + ": " + serves;
+    }
     std::fprintf(stderr, "%s: OK: %zu libraries (%s)\n", path.c_str(), config.libraries.size(), names.c_str());
     return 0;
   } catch (const rjg::config::ConfigError& e) {
@@ -85,7 +97,23 @@ int check_config(const std::string& path) {
   }
 }
 
-int run(const std::string& path) {
+// --stdio: the client's pipes move to descriptors of their own (close-on-exec: no worker inherits them),
+// and /dev/null takes 0 and 1, so that nothing but the session's frames ever reaches the client.
+struct StdioFds {
+  int in = -1, out = -1;
+};
+std::optional<StdioFds> take_stdio() {
+  StdioFds fds{::fcntl(0, F_DUPFD_CLOEXEC, 3), ::fcntl(1, F_DUPFD_CLOEXEC, 3)};
+  const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (fds.in < 0 || fds.out < 0 || null < 0 || ::dup2(null, 0) < 0 || ::dup2(null, 1) < 0) {
+    std::fprintf(stderr, "robot-jsonrpc-gateway: --stdio: cannot take over stdin/stdout: %s\n", std::strerror(errno));
+    return std::nullopt;
+  }
+  ::close(null);
+  return fds;
+}
+
+int run(const std::string& path, bool stdio = false) {
   rjg::config::Config config;
   try {
     config = rjg::config::load_file(path);
@@ -115,7 +143,10 @@ int run(const std::string& path) {
 
   // Loop 0 (this thread) accepts and runs the pools, the reaper and the drain; sessions are spread over
   // all loops. Each loop is one io_context run by one thread, so nothing of a loop needs a lock.
-  const std::size_t threads = loop_count(config.gateway.threads);
+  std::optional<StdioFds> client;
+  if (stdio && !(client = take_stdio())) return 1;
+  // One session: one loop serves it.
+  const std::size_t threads = stdio ? 1 : loop_count(config.gateway.threads);
   EventLoop io;
   std::vector<std::unique_ptr<EventLoop>> others;
   std::vector<boost::asio::any_io_executor> loops{io.get_executor()};
@@ -132,14 +163,18 @@ int run(const std::string& path) {
   try {
     // The admin endpoint first: once the client port accepts, /readyz and /livez answer too.
     server.listen_admin(passed);
-    server.listen(passed);
+    if (!stdio) server.listen(passed);
     passed.close_untaken();
   } catch (const std::exception& e) {
     rjg::log::error("{}", e.what());
     return 1;
   }
-  rjg::log::info("robot-jsonrpc-gateway {} started with {} ({} libraries, {} event loop{})", RJG_VERSION, path,
-                 config.libraries.size(), threads, threads == 1 ? "" : "s");
+  if (stdio)
+    rjg::log::info("robot-jsonrpc-gateway {} started with {} ({} libraries): serving one session on stdin/stdout",
+                   RJG_VERSION, path, config.libraries.size());
+  else
+    rjg::log::info("robot-jsonrpc-gateway {} started with {} ({} libraries, {} event loop{})", RJG_VERSION, path,
+                   config.libraries.size(), threads, threads == 1 ? "" : "s");
   std::vector<std::thread> runners;
   for (std::size_t i = 0; i < others.size(); ++i) {
     runners.emplace_back([loop = others[i].get(), name = fmt::format("rjg-loop-{}", i + 1)] {
@@ -166,6 +201,28 @@ int run(const std::string& path) {
 
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
   int received = 0;
+  bool stdio_ended = false;
+  if (client) {
+    // The session's end is the gateway's: its workers stop with it, then every other (prewarmed) one.
+    boost::asio::co_spawn(
+        io,
+        [&]() -> boost::asio::awaitable<void> {
+          co_await server.serve_stdio(client->in, client->out);
+          if (received > 0) co_return;  // a signal's shutdown is under way, and ends the loop itself
+          rjg::log::info("the stdio session ended: shutting down");
+          ++received;
+          stdio_ended = true;
+          co_await server.shutdown([&] { notifications.stopping(); });
+        },
+        [&](std::exception_ptr e) {
+          rjg::log_exceptions("stdio session")(e);
+          if (stdio_ended) {
+            signals.cancel();
+            hangups.cancel();
+            io.stop();
+          }
+        });
+  }
   std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec,
                                                                              int sig) {
     if (ec) return;
@@ -216,6 +273,9 @@ int main(int argc, char** argv) {
   }
   if (argc == 3 && arg1 == "--check-config") return check_config(argv[2]);
   if (argc == 3 && arg1 == "--config") return run(argv[2]);
+  const std::string arg2 = argc > 2 ? argv[2] : "";
+  if (argc == 4 && arg1 == "--stdio" && arg2 == "--config") return run(argv[3], true);
+  if (argc == 4 && arg1 == "--config" && std::string(argv[3]) == "--stdio") return run(argv[2], true);
   std::fprintf(stderr, "%s", kUsage);
   return 2;
 }

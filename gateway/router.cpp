@@ -1,5 +1,9 @@
 #include "gateway/router.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 namespace rjg::gateway {
 
 Router::Router(std::shared_ptr<const config::Config> config)
@@ -24,10 +28,34 @@ Router::Route Router::resolve(std::string_view name) const {
   auto t = table();
   const auto& libraries = t->config->libraries;
   const config::Library* found = nullptr;
-  if (!libraries.empty()) found = name.empty() ? &libraries.front() : t->config->find_library(name);
+  if (name.empty()) {
+    auto first = std::find_if(libraries.begin(), libraries.end(), [](const auto& lib) { return !lib.is_glob(); });
+    if (first != libraries.end()) found = &*first;
+  } else {
+    found = t->config->find_library(name);
+    if (found && found->is_glob()) found = nullptr;  // a glob's own text is not a name it serves
+  }
   // The route shares ownership of the whole configuration it points into.
-  if (found) return {std::shared_ptr<const config::Library>(t->config, found), false};
-  return {nullptr, t->removed.contains(name)};
+  if (found) return {std::shared_ptr<const config::Library>(t->config, found), false, {}};
+  if (!name.empty()) {
+    for (const auto& entry : libraries) {
+      if (!entry.is_glob() || !config::glob_match(entry.name, name)) continue;
+      // The name is chosen by the client and reaches a command line, an environment or an upstream: only
+      // what can be a library name passes.
+      if (!config::valid_import_name(name))
+        return {nullptr, false,
+                fmt::format("'{}' matches the route \"{}\" but is not a library name a route may import (letters, "
+                            "digits, '_' and '.' only; each dotted part starts with a letter or '_')",
+                            name, entry.name)};
+      if (config::denied(entry, name))
+        return {nullptr, false,
+                fmt::format("'{}' matches the route \"{}\" but is in its deny list (Robot Framework's standard "
+                            "libraries and Python's standard modules, unless the entry's 'deny' says otherwise)",
+                            name, entry.name)};
+      return {std::make_shared<const config::Library>(config::concrete(entry, name)), false, {}};
+    }
+  }
+  return {nullptr, t->removed.contains(name), {}};
 }
 
 std::vector<std::string> Router::names() const {

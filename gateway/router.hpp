@@ -1,4 +1,6 @@
-// Library name -> configured route. An empty name means the first configured library. A reload
+// Library name -> configured route: an exact entry of that name, else the first glob entry that matches
+// (in file order) when the name is a valid library name and not in the entry's deny list. An empty name
+// means the first exact entry (never a glob). A reload
 // replaces the table while sessions on every loop resolve names: each lookup takes the table under a
 // lock and keeps the configuration it came from alive as long as the route is held.
 #pragma once
@@ -19,6 +21,8 @@ class Router {
   struct Route {
     std::shared_ptr<const config::Library> library;  // none: not served
     bool removed = false;  // not served, but it was before a reload removed it from the configuration
+    // Not served: a glob entry matched, but refused the name (why, for the client's error).
+    std::string refused;
   };
 
   explicit Router(std::shared_ptr<const config::Config> config);
@@ -26,7 +30,7 @@ class Router {
   void update(std::shared_ptr<const config::Config> config);
 
   Route resolve(std::string_view name) const;
-  // "A, B, C"
+  // "A, B, Lab*": exact names and globs as written.
   std::string available() const;
   std::vector<std::string> names() const;
 

@@ -1,6 +1,7 @@
 #include "gateway/server.hpp"
 
 #include "gateway/addresses.hpp"
+#include "gateway/proxy_protocol.hpp"
 #include "gateway/stream_connection.hpp"
 #include "gateway/systemd.hpp"
 
@@ -23,7 +24,14 @@
 
 #include <csignal>
 
+#include <grp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 namespace rjg::gateway {
 using namespace std::chrono_literals;
@@ -55,9 +63,84 @@ void Server::listen(PassedSockets& passed, const std::vector<std::string>& named
     for (auto& listener : open_entry(address, &passed, named)) listeners_.push_back(std::move(listener));
 }
 
+std::string Server::Listener::text() const {
+  boost::system::error_code ec;
+  if (unix_acceptor) return "unix:" + path;
+  return endpoint_text(acceptor->local_endpoint(ec));
+}
+
+void Server::Listener::close() const {
+  boost::system::error_code ignored;
+  if (acceptor) acceptor->close(ignored);
+  if (!unix_acceptor || !unix_acceptor->is_open()) return;
+  unix_acceptor->close(ignored);
+  // Only the file bound here: a gateway started since may have replaced it.
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) == 0 && st.st_ino == inode && S_ISSOCK(st.st_mode)) ::unlink(path.c_str());
+}
+
+Server::Listener Server::open_unix(const config::ListenAddress& address) {
+  const auto& gw = context_.config()->gateway;
+  const std::string& path = address.path;
+  auto fail = [&](const std::string& why) {
+    return std::runtime_error(fmt::format("cannot listen on {}: {}", address.text, why));
+  };
+  // A file left by a gateway that did not exit cleanly is replaced; a socket someone listens on, or a file
+  // that is not a socket, is not.
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) throw fail("the path exists and is not a socket; refusing to replace it");
+    unix_socket::socket probe(io_);
+    boost::system::error_code ec;
+    probe.connect(unix_socket::endpoint(path), ec);
+    if (!ec) throw fail("another process listens on it (stop it, or choose another path)");
+    if (ec != asio::error::connection_refused)
+      throw fail(fmt::format("it exists and cannot be checked ({}); remove it if no gateway uses it", ec.message()));
+    log::info("{}: replacing a stale socket file (nothing listens on it)", address.text);
+    ::unlink(path.c_str());
+  }
+  gid_t group = static_cast<gid_t>(-1);
+  if (!gw.unix_group.empty()) {
+    if (std::all_of(gw.unix_group.begin(), gw.unix_group.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      group = static_cast<gid_t>(std::stoul(gw.unix_group));
+    } else if (const ::group* g = ::getgrnam(gw.unix_group.c_str())) {
+      group = g->gr_gid;
+    } else {
+      throw fail(fmt::format("unix_group '{}' does not exist on this host", gw.unix_group));
+    }
+  }
+  auto acceptor = std::make_shared<unix_socket::acceptor>(io_);
+  boost::system::error_code ec;
+  acceptor->open(unix_socket(), ec);
+  if (!ec) acceptor->bind(unix_socket::endpoint(path), ec);
+  if (ec) throw fail(ec.message());
+  // Mode and group before listen(): until then a connect is refused, so nobody gets in under the umask's mode.
+  if (::chmod(path.c_str(), static_cast<mode_t>(gw.unix_mode)) != 0 ||
+      (group != static_cast<gid_t>(-1) && ::chown(path.c_str(), static_cast<uid_t>(-1), group) != 0)) {
+    const int err = errno;
+    ::unlink(path.c_str());
+    throw fail(fmt::format("cannot set the socket file's {} ({})", group != static_cast<gid_t>(-1) ? "mode or group" : "mode",
+                           std::strerror(err)));
+  }
+  Listener listener{address.text, nullptr, acceptor, path, 0};
+  if (::lstat(path.c_str(), &st) == 0) listener.inode = st.st_ino;
+  acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    listener.close();
+    throw fail(ec.message());
+  }
+  log::info("listening on {} (mode {:04o}{})", address.text, gw.unix_mode,
+            gw.unix_group.empty() ? "" : ", group " + gw.unix_group);
+  return listener;
+}
+
 std::vector<Server::Listener> Server::open_entry(const config::ListenAddress& address, PassedSockets* passed,
                                                  const std::vector<std::string>& named) {
   std::vector<Listener> opened;
+  if (address.kind == config::ListenAddress::Kind::unix_socket) {
+    opened.push_back(open_unix(address));
+    return opened;
+  }
   if (address.kind == config::ListenAddress::Kind::systemd) {
     if (!passed)
       throw std::runtime_error(fmt::format("listen entry \"{}\": systemd passes sockets only when it starts the "
@@ -74,7 +157,7 @@ std::vector<Server::Listener> Server::open_entry(const config::ListenAddress& ad
       if (ec) throw std::runtime_error(fmt::format("listen entry \"{}\": cannot use fd {}: {}", address.text, fd, ec.message()));
       log::info("listening on {} (socket passed by systemd, fd {}, for \"{}\")",
                 endpoint_text(acceptor->local_endpoint(ec)), fd, address.text);
-      opened.push_back({address.text, std::move(acceptor)});
+      opened.push_back({address.text, std::move(acceptor), nullptr, {}, 0});
     }
     return opened;
   }
@@ -98,7 +181,7 @@ std::vector<Server::Listener> Server::open_entry(const config::ListenAddress& ad
                                            endpoint.address().to_string(), endpoint.port(), ec.message()));
     }
     log::info("listening on {}", endpoint_text(acceptor->local_endpoint(ec)));
-    opened.push_back({address.text, std::move(acceptor)});
+    opened.push_back({address.text, std::move(acceptor), nullptr, {}, 0});
   }
   return opened;
 }
@@ -110,6 +193,10 @@ void Server::start() {
 }
 
 void Server::start_accepting(const Listener& listener) {
+  if (listener.unix_acceptor) {
+    asio::co_spawn(io_, accept_unix(listener.unix_acceptor, listener.text()), log_exceptions("listener " + listener.text()));
+    return;
+  }
   boost::system::error_code ec;
   auto bound = listener.acceptor->local_endpoint(ec);
   std::string address = fmt::format("{}:{}", bound.address().to_string(), bound.port());
@@ -178,10 +265,7 @@ bool Server::reload(const std::string& path) {
     try {
       for (auto& listener : open_entry(address, nullptr, {})) opened.push_back(std::move(listener));
     } catch (const std::exception& e) {
-      for (auto& listener : opened) {
-        boost::system::error_code ignored;
-        listener.acceptor->close(ignored);
-      }
+      for (auto& listener : opened) listener.close();
       return fail({e.what()});
     }
     kept_listen.push_back(address);
@@ -190,14 +274,12 @@ bool Server::reload(const std::string& path) {
   gw.listen = std::move(kept_listen);
   std::erase_if(listeners_, [&](Listener& listener) {
     if (listed(*next, listener.entry)) return false;
-    boost::system::error_code ignored, ec;
-    log::info("reload: no longer listening on {} (\"{}\"); its sessions go on", endpoint_text(listener.acceptor->local_endpoint(ec)),
-              listener.entry);
+    log::info("reload: no longer listening on {} (\"{}\"); its sessions go on", listener.text(), listener.entry);
     if (listener.entry.starts_with("systemd"))
       log::warn("reload: systemd still holds the socket of \"{}\": clients that connect there now wait unserved; "
                 "remove it from the .socket unit as well",
                 listener.entry);
-    listener.acceptor->close(ignored);
+    listener.close();
     return true;
   });
   for (auto& listener : opened) {
@@ -244,67 +326,160 @@ asio::awaitable<void> Server::accept_loop(std::shared_ptr<tcp::acceptor> accepto
     }
     auto peer = socket.remote_endpoint(ec);
     if (ec) continue;  // already gone
-    const auto client = peer.address().to_string();
-    // The limits in force when the connection arrives; the session keeps them (a reload applies to new ones).
-    const auto config = context_.config();
-    const auto& gw = config->gateway;
-    if (!allowed(gw.allow_from, peer.address())) {
-      // Nothing is said to an address that may not connect at all.
-      log::warn("listener {}: refused a connection from {}: not in [gateway] allow_from", address, client);
-      context_.metrics.refuse(workers::Refusal::allow_from);
-      socket.close(ec);
+    // A balancer's connection starts with the PROXY header, read without holding up this loop's accepts.
+    const auto& balancers = context_.config()->gateway.proxy_protocol_from;
+    if (!balancers.empty() && allowed(balancers, peer.address())) {
+      asio::co_spawn(io_, admit_proxied(std::move(socket), peer, address), log_exceptions("proxied connection"));
       continue;
     }
+    admit_tcp(std::move(socket), peer.address(), fmt::format("{}:{}", peer.address().to_string(), peer.port()), address);
+  }
+}
+
+asio::awaitable<void> Server::admit_proxied(tcp::socket socket, tcp::endpoint balancer, std::string address) {
+  const auto balancer_text = fmt::format("{}:{}", balancer.address().to_string(), balancer.port());
+  const auto parsed = co_await read_proxy_header(socket, context_.config()->gateway.handshake_timeout);
+  if (stopping_) co_return;
+  if (parsed.status != ProxyParse::Status::done) {
+    // Nothing is said: a client that is not a balancer gets no hint, and a balancer logs the closed connection.
+    log::warn("listener {}: refused a connection from {} (in [gateway] proxy_protocol_from): {}", address,
+              balancer_text, parsed.error);
+    context_.metrics.refuse(workers::Refusal::proxy_header);
+    boost::system::error_code ignored;
+    socket.close(ignored);
+    co_return;
+  }
+  if (parsed.header.local || !parsed.header.source) {
+    // A health check, or a header without addresses: the balancer's own connection.
+    admit_tcp(std::move(socket), balancer.address(), balancer_text + " (PROXY LOCAL)", address);
+    co_return;
+  }
+  const auto& client = *parsed.header.source;
+  admit_tcp(std::move(socket), client.address(),
+            fmt::format("{}:{} via {}", client.address().to_string(), client.port(), balancer_text), address);
+}
+
+void Server::admit_tcp(tcp::socket socket, const asio::ip::address& client_address, std::string peer,
+                       std::string address) {
+  boost::system::error_code ec;
+  const auto client = client_address.to_string();
+  // The limits in force when the connection arrives; the session keeps them (a reload applies to new ones).
+  const auto config = context_.config();
+  const auto& gw = config->gateway;
+  if (!allowed(gw.allow_from, client_address)) {
+    // Nothing is said to an address that may not connect at all.
+    log::warn("listener {}: refused a connection from {}: not in [gateway] allow_from", address, peer);
+    context_.metrics.refuse(workers::Refusal::allow_from);
+    socket.close(ec);
+    return;
+  }
+  if (gw.max_sessions && sessions_.size() >= gw.max_sessions) {
+    context_.metrics.refuse(workers::Refusal::max_sessions);
+    refuse(std::move(socket), peer,
+           fmt::format("The gateway serves at most {} sessions at once (max_sessions) and is full; retry later.",
+                       gw.max_sessions));
+    return;
+  }
+  if (gw.max_sessions_per_client && per_client_[client] >= gw.max_sessions_per_client) {
+    context_.metrics.refuse(workers::Refusal::max_sessions_per_client);
+    refuse(std::move(socket), peer,
+           fmt::format("This client address ({}) already has {} sessions, the most allowed "
+                       "(max_sessions_per_client); close some, or retry later.",
+                       client, gw.max_sessions_per_client));
+    return;
+  }
+  socket.set_option(tcp::no_delay(true), ec);
+  const int fd = socket.release(ec);
+  if (ec) {
+    log::warn("listener {}: cannot take over the connection from {}: {}", address, peer, ec.message());
+    return;
+  }
+  adopt(fd, client, std::move(peer));
+}
+
+asio::awaitable<void> Server::accept_unix(std::shared_ptr<unix_socket::acceptor> acceptor, std::string address) {
+  while (!stopping_ && acceptor->is_open()) {
+    auto [ec, socket] = co_await acceptor->async_accept(asio::as_tuple(asio::use_awaitable));
+    if (stopping_ || ec == asio::error::operation_aborted) break;
+    if (ec) {
+      log::error("listener {}: accept failed: {}; retrying in 100ms", address, ec.message());
+      asio::steady_timer pause(io_, 100ms);
+      co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+      continue;
+    }
+    // Who connected, as the kernel says: the file's mode and group decided that they may; sessions are
+    // counted per uid.
+    ucred cred{};
+    socklen_t size = sizeof cred;
+    if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &size) != 0) cred = ucred{0, 0, 0};
+    const std::string client = fmt::format("uid {}", cred.uid);
+    const std::string peer = fmt::format("{} uid {} pid {}", address, cred.uid, cred.pid);
+    const auto config = context_.config();
+    const auto& gw = config->gateway;
     if (gw.max_sessions && sessions_.size() >= gw.max_sessions) {
       context_.metrics.refuse(workers::Refusal::max_sessions);
-      refuse(std::move(socket), client,
-             fmt::format("The gateway serves at most {} sessions at once (max_sessions) and is full; retry later.",
-                         gw.max_sessions));
+      log::warn("listener {}: refused a connection from uid {} pid {}: max_sessions ({}) reached", address, cred.uid,
+                cred.pid, gw.max_sessions);
       continue;
     }
     if (gw.max_sessions_per_client && per_client_[client] >= gw.max_sessions_per_client) {
       context_.metrics.refuse(workers::Refusal::max_sessions_per_client);
-      refuse(std::move(socket), client,
-             fmt::format("This client address ({}) already has {} sessions, the most allowed "
-                         "(max_sessions_per_client); close some, or retry later.",
-                         client, gw.max_sessions_per_client));
+      log::warn("listener {}: refused a connection from uid {} pid {}: it already has {} sessions "
+                "(max_sessions_per_client)",
+                address, cred.uid, cred.pid, gw.max_sessions_per_client);
       continue;
     }
-    socket.set_option(tcp::no_delay(true), ec);
-    // The session reads and writes the descriptor itself (FdStream: no read known to find nothing), on
-    // the next loop in turn: it, its dedicated workers and its relay stay there.
-    const auto loop = loops_[next_loop_++ % loops_.size()];
     const int fd = socket.release(ec);
-    if (ec) {
-      log::warn("listener {}: cannot take over the connection from {}: {}", address, client, ec.message());
-      continue;
-    }
-    auto number = next_session_++;
-    context_.metrics.sessions_total.fetch_add(1, std::memory_order_relaxed);
-    auto name = fmt::format("session {} ({}:{})", number, client, peer.port());
-    // Made here, started on its loop: nothing of it runs on this one.
-    auto session = std::make_shared<StreamConnection<FdStream>>(FdStream(loop, fd), context_, context_.pools,
-                                                                std::move(name), offload_.get_executor());
-    sessions_[number] = Live{loop, session, fmt::format("{}:{}", client, peer.port()), std::chrono::steady_clock::now(),
-                             session->imports_open};
-    ++per_client_[client];
-    // Forget sessions once they are gone, so neither map grows with every connection: the session's loop
-    // awaits its end, this loop forgets it.
-    asio::co_spawn(
-        loop,
-        [session]() -> asio::awaitable<void> {
-          session->start();
-          co_await session->wait_closed();
-        },
-        asio::bind_executor(io_, [this, number, client](std::exception_ptr e) {
-          log_exceptions("session tracker")(e);
-          sessions_.erase(number);
-          if (auto it = per_client_.find(client); it != per_client_.end() && --it->second == 0) per_client_.erase(it);
-          if (sessions_.empty()) sessions_gone_.set();
-        }));
+    if (ec) continue;
+    adopt(fd, client, peer);
   }
 }
 
+asio::awaitable<void> Server::serve_stdio(int in, int out) {
+  adopt(in, "stdio", "stdio", false, out);
+  co_await closed(stdio_);
+}
+
+void Server::adopt(int fd, std::string client, std::string peer, bool is_socket, int out_fd) {
+  // The session reads and writes the descriptor itself (FdStream: no read known to find nothing), on
+  // the next loop in turn: it, its dedicated workers and its relay stay there.
+  const auto loop = loops_[next_loop_++ % loops_.size()];
+  auto number = next_session_++;
+  context_.metrics.sessions_total.fetch_add(1, std::memory_order_relaxed);
+  auto name = fmt::format("session {} ({})", number, peer);
+  std::shared_ptr<Connection> session;
+  std::function<void()> start;
+  if (is_socket) {
+    // Made here, started on its loop: nothing of it runs on this one.
+    auto s = std::make_shared<StreamConnection<FdStream>>(FdStream(loop, fd), context_, context_.pools,
+                                                          std::move(name), offload_.get_executor());
+    start = [s] { s->start(); };
+    session = s;
+  } else {
+    using Stdio = DuplexStream<FdStream, FdStream>;
+    auto s = std::make_shared<StreamConnection<Stdio>>(Stdio(FdStream(loop, fd), FdStream(loop, out_fd)), context_,
+                                                       context_.pools, std::move(name), offload_.get_executor());
+    start = [s] { s->start(); };
+    session = s;
+    stdio_ = s;
+  }
+  sessions_[number] = Live{loop, session, std::move(peer), std::chrono::steady_clock::now(), session->imports_open};
+  ++per_client_[client];
+  // Forget sessions once they are gone, so neither map grows with every connection: the session's loop
+  // awaits its end, this loop forgets it.
+  asio::co_spawn(
+      loop,
+      [session, start]() -> asio::awaitable<void> {
+        start();
+        co_await session->wait_closed();
+      },
+      asio::bind_executor(io_, [this, number, client](std::exception_ptr e) {
+        log_exceptions("session tracker")(e);
+        sessions_.erase(number);
+        if (auto it = per_client_.find(client); it != per_client_.end() && --it->second == 0) per_client_.erase(it);
+        if (sessions_.empty()) sessions_gone_.set();
+      }));
+}
 
 void Server::refuse(tcp::socket socket, std::string client, std::string message) {
   log::warn("refused a connection from {}: {}", client, message);
@@ -334,10 +509,7 @@ asio::awaitable<void> Server::closed(std::weak_ptr<Connection> connection) {
 asio::awaitable<void> Server::shutdown(std::function<void()> drain_begun) {
   stopping_ = true;
   context_.draining = true;
-  for (auto& listener : listeners_) {
-    boost::system::error_code ignored;
-    listener.acceptor->close(ignored);
-  }
+  for (auto& listener : listeners_) listener.close();
   if (drain_begun) drain_begun();
   // The sessions already open go on working, imports and keywords alike, so that no suite is cut at its
   // next keyword; a load balancer has stopped sending new ones (/readyz). They end by themselves, or

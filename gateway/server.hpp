@@ -9,7 +9,10 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/thread_pool.hpp>
+
+#include <sys/types.h>
 
 #include <chrono>
 #include <functional>
@@ -37,6 +40,8 @@ class Server {
   // the address on failure.
   void listen(PassedSockets& passed, const std::vector<std::string>& named_elsewhere = {});
   void start();
+  // --stdio: one session on these descriptors (taken over), on loop 0; completes once it has closed.
+  asio::awaitable<void> serve_stdio(int in, int out);
   // SIGHUP, on loop 0: reads and checks `path` as --check-config does. A file with problems changes
   // nothing (each problem is logged, and STATUS= says so). A good one applies to what comes next: new
   // connections get the new limits, new imports the new libraries and settings; listeners open and
@@ -62,15 +67,31 @@ class Server {
   void listen_admin(PassedSockets& passed);
 
  private:
+  using unix_socket = asio::local::stream_protocol;
   struct Listener {
     std::string entry;  // the listen entry it serves, as written
-    std::shared_ptr<tcp::acceptor> acceptor;
+    std::shared_ptr<tcp::acceptor> acceptor;            // tcp and systemd entries
+    std::shared_ptr<unix_socket::acceptor> unix_acceptor;  // unix: entries
+    std::string path;   // unix: the socket file, removed when the listener closes
+    ino_t inode = 0;    // ... if it is still the one bound here
+    std::string text() const;
+    void close() const;
   };
   // The listeners of one entry, bound (tcp) or taken from what systemd passed; throws on failure.
   std::vector<Listener> open_entry(const config::ListenAddress& address, PassedSockets* passed,
                                    const std::vector<std::string>& named);
   void start_accepting(const Listener& listener);
+  Listener open_unix(const config::ListenAddress& address);
   asio::awaitable<void> accept_loop(std::shared_ptr<tcp::acceptor> acceptor, std::string address);
+  asio::awaitable<void> accept_unix(std::shared_ptr<unix_socket::acceptor> acceptor, std::string address);
+  // A TCP connection whose balancer sends a PROXY header: read within handshake_timeout, then admitted as
+  // the client it names.
+  asio::awaitable<void> admit_proxied(tcp::socket socket, tcp::endpoint balancer, std::string address);
+  // The checks every TCP client passes (allow_from, max_sessions, max_sessions_per_client), then adopt().
+  // client: the address the checks apply to; name: how the session is named in logs.
+  void admit_tcp(tcp::socket socket, const asio::ip::address& client, std::string peer, std::string address);
+  // Starts the session on the next loop (a descriptor it takes over); `client` counts its sessions.
+  void adopt(int fd, std::string client, std::string peer, bool is_socket = true, int out_fd = -1);
   // On the session's loop: completes once it is closed (at once if it is gone).
   static asio::awaitable<void> closed(std::weak_ptr<Connection> connection);
   // Answers a connection over a limit with a JSON-RPC error naming the limit, then closes it.
@@ -96,6 +117,7 @@ class Server {
   bool started_ = false;
   std::string reload_problem_;  // the last reload failed: why, for STATUS=
   std::unordered_map<std::uint64_t, Live> sessions_;  // loop 0's
+  std::weak_ptr<Connection> stdio_;  // --stdio: the one session
   std::unordered_map<std::string, std::size_t> per_client_;  // live sessions per source address
   std::uint64_t next_session_ = 1;
   AsyncEvent sessions_gone_;  // set whenever the last session is forgotten (the drain waits for it)

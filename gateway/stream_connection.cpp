@@ -4,5 +4,6 @@ namespace rjg::gateway {
 
 // Compiled once here rather than in every file that includes the header.
 template class StreamConnection<FdStream>;
+template class StreamConnection<DuplexStream<FdStream, FdStream>>;
 
 }  // namespace rjg::gateway

@@ -35,6 +35,20 @@ struct Transport {
   }
 };
 
+// stdin/stdout (--stdio): pipes, not a socket; reading stops by closing stdin.
+template <>
+struct Transport<DuplexStream<FdStream, FdStream>> {
+  static void stop_reading(DuplexStream<FdStream, FdStream>& s) {
+    boost::system::error_code ignored;
+    s.in().close(ignored);
+  }
+  static void close(DuplexStream<FdStream, FdStream>& s) {
+    boost::system::error_code ignored;
+    s.in().close(ignored);
+    s.out().close(ignored);
+  }
+};
+
 template <typename Stream>
 class StreamConnection final : public Connection, public std::enable_shared_from_this<StreamConnection<Stream>> {
  public:
@@ -267,5 +281,6 @@ class StreamConnection final : public Connection, public std::enable_shared_from
 };
 
 extern template class StreamConnection<FdStream>;
+extern template class StreamConnection<DuplexStream<FdStream, FdStream>>;
 
 }  // namespace rjg::gateway

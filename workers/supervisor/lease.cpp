@@ -88,15 +88,16 @@ class PoolLease final : public Lease {
     const std::string params = "{\"token\":" + std::string(token->value.of(result)) + "}";
     const auto reply = co_await call_worker(
         held(), protocol::kFinalizeLibrary, params, {},
-        fmt::format("the finalize of the instance of library '{}' imported ahead of time", library().name),
+        fmt::format("the finalize of the instance of library '{}' imported ahead of time", library().label()),
         library().startup_timeout);
     if (reply.kind == Message::Kind::error_response)
       log::warn("library {}: worker pid {} refused to finalize the instance it imported ahead of time ({}); the "
                 "import with arguments goes on",
-                library().name, pid_, reply.error_message());
+                library().label(), pid_, reply.error_message());
   }
 
   pid_t pid() const override { return pid_; }
+  std::string where() const override { return grant_.worker ? grant_.worker->where() : std::string("no worker"); }
   bool prewarmed() const override { return grant_.prewarmed; }
   std::string server_name() const override { return grant_.worker ? grant_.worker->server_name() : std::string(); }
   std::optional<Message> take_preimported() override { return std::exchange(grant_.preimported, std::nullopt); }
@@ -106,7 +107,7 @@ class PoolLease final : public Lease {
     // finalized first, and this import is a fresh one in the same (warm) process.
     if (auto ahead = take_preimported()) co_await finalize_ahead(*ahead);
     co_return co_await call_worker(held(), protocol::kImportLibrary, std::move(params), std::move(observer),
-                                   fmt::format("the import of library '{}'", library().name));
+                                   fmt::format("the import of library '{}'", library().label()));
   }
 
   asio::awaitable<Message> run_keyword(std::string params, std::string keyword,
@@ -116,7 +117,7 @@ class PoolLease final : public Lease {
     std::optional<WorkerError> overran;
     try {
       auto response = co_await call_worker(worker, protocol::kRunKeyword, std::move(params), std::move(observer),
-                                           fmt::format("keyword '{}' of library '{}'", keyword, library().name),
+                                           fmt::format("keyword '{}' of library '{}'", keyword, library().label()),
                                            timeout.count() ? std::optional(timeout) : std::nullopt);
       // Recycling counts keywords of shared workers only, on the pools' loop.
       if (library().isolation == config::Isolation::shared)
@@ -133,8 +134,8 @@ class PoolLease final : public Lease {
     asio::co_spawn(worker->executor(), stop(worker, reason), log_exceptions("keyword timeout stop"));
     throw WorkerError(protocol::kWorkerTimeout,
                       fmt::format("Keyword '{}' of library '{}' did not finish within {}ms (keyword_timeout). Its "
-                                  "worker (pid {}) is stopped, and this import with it: import the library again.",
-                                  keyword, library().name, timeout.count(), worker->pid()),
+                                  "worker ({}) is stopped, and this import with it: import the library again.",
+                                  keyword, library().label(), timeout.count(), worker->where()),
                       overran->data);
   }
 
@@ -145,7 +146,7 @@ class PoolLease final : public Lease {
       try {
         answer.emplace(co_await finalize(std::move(params), std::move(observer)));
       } catch (const WorkerError& e) {
-        log::warn("library {}: finalize in worker pid {}: {}", library().name, pid(), e.what());
+        log::warn("library {}: finalize in worker pid {}: {}", library().label(), pid(), e.what());
       }
     }
     co_await release("its library was finalized");
@@ -155,11 +156,14 @@ class PoolLease final : public Lease {
   asio::awaitable<void> end(std::string finalize_params, std::string reason) override {
     // A shared worker lives on: finalize this import's instance in it (after any keyword still running
     // there, whose late answer is dropped). A dedicated worker is simply ended.
-    if (library().isolation == config::Isolation::shared && grant_.worker && grant_.worker->alive()) {
+    // An upstream connection is a worker of its own, but the server behind it lives on: its instance is
+    // finalized there before the connection closes.
+    if ((library().isolation == config::Isolation::shared || library().is_upstream()) && grant_.worker &&
+        grant_.worker->alive()) {
       try {
         co_await finalize(std::move(finalize_params), {});
       } catch (const WorkerError& e) {
-        log::info("library {}: finalize after the session ended: {}", library().name, e.what());
+        log::info("library {}: finalize after the session ended: {}", library().label(), e.what());
       }
     }
     co_await release(std::move(reason));
@@ -170,8 +174,10 @@ class PoolLease final : public Lease {
   }
 
  private:
-  const config::Library& library() const { return grant_.pool->library(); }
-  std::shared_ptr<const config::Library> settings() const override { return grant_.pool->library_ptr(); }
+  const config::Library& library() const { return grant_.serving ? *grant_.serving : grant_.pool->library(); }
+  std::shared_ptr<const config::Library> settings() const override {
+    return grant_.serving ? grant_.serving : grant_.pool->library_ptr();
+  }
   const std::shared_ptr<Worker>& held() const {
     if (!grant_.worker) throw WorkerError(protocol::kWorkerFailed, "bug: a call through a released lease");
     return grant_.worker;
@@ -179,7 +185,7 @@ class PoolLease final : public Lease {
 
   asio::awaitable<Message> finalize(std::string params, std::weak_ptr<CallObserver> observer) {
     co_return co_await call_worker(held(), protocol::kFinalizeLibrary, std::move(params), std::move(observer),
-                                   fmt::format("robot/finalize_library of '{}'", library().name), kFinalizeTimeout);
+                                   fmt::format("robot/finalize_library of '{}'", library().label()), kFinalizeTimeout);
   }
 
   static asio::awaitable<void> stop(std::shared_ptr<Worker> worker, std::string reason) {
@@ -197,14 +203,18 @@ class PoolLease final : public Lease {
   Grant grant_;
   asio::any_io_executor executor_;
   pid_t pid_ = grant_.worker ? grant_.worker->pid() : 0;
-  std::string library_name_ = grant_.pool ? grant_.pool->library().name : std::string();
+  std::string library_name_ = grant_.pool ? grant_.pool->library().label() : std::string();
 };
 
 }  // namespace
 
 // The pool decides on its own loop; a dedicated worker it starts for the import lives on the session's.
 // The pool is looked up there too: a reload replaces pools on that loop.
-asio::awaitable<Grant> WorkerPools::acquire_named(std::string name, bool without_arguments, asio::any_io_executor home) {
+asio::awaitable<Grant> WorkerPools::acquire_named(std::shared_ptr<const config::Library> library,
+                                                  bool without_arguments, asio::any_io_executor home) {
+  const std::string& name = library->name;
+  // A glob entry's import carries settings of its own (the imported name in its command, say).
+  auto serving = library->imported.empty() ? nullptr : library;
   // Time spent queued for capacity (not starting a worker), observed once whatever the outcome: a
   // queue_timeout is the case that matters most.
   struct Waited {
@@ -218,20 +228,23 @@ asio::awaitable<Grant> WorkerPools::acquire_named(std::string name, bool without
     // the import waited, so it goes to the one in force now, with the time it has left.
     auto& p = pool(name);
     if (!deadline) deadline = std::chrono::steady_clock::now() + p.library().queue_timeout;
-    auto grant = co_await p.acquire(without_arguments, home, deadline, &waited.time);
-    if (grant.worker) co_return grant;
+    auto grant = co_await p.acquire(without_arguments, home, deadline, &waited.time, serving);
+    if (grant.worker) {
+      grant.serving = serving ? serving : p.library_ptr();
+      co_return grant;
+    }
   }
 }
 
 asio::awaitable<std::shared_ptr<Lease>> WorkerPools::acquire(const config::Library& library) {
   const auto home = co_await asio::this_coro::executor;
-  auto grant = co_await run_on(executor_, acquire_named(library.name, false, home));
+  auto grant = co_await run_on(executor_, acquire_named(std::make_shared<const config::Library>(library), false, home));
   co_return std::make_shared<PoolLease>(std::move(grant), executor_);
 }
 
 asio::awaitable<std::shared_ptr<Lease>> WorkerPools::acquire_without_arguments(const config::Library& library) {
   const auto home = co_await asio::this_coro::executor;
-  auto grant = co_await run_on(executor_, acquire_named(library.name, true, home));
+  auto grant = co_await run_on(executor_, acquire_named(std::make_shared<const config::Library>(library), true, home));
   co_return std::make_shared<PoolLease>(std::move(grant), executor_);
 }
 

@@ -21,6 +21,8 @@ class Lease {
   virtual ~Lease() = default;
 
   virtual pid_t pid() const = 0;
+  // "pid 1234", or "upstream tcp://bench-7:8270": the worker as messages name it.
+  virtual std::string where() const { return "pid " + std::to_string(pid()); }
   // Served by a worker started before the import (a warm start).
   virtual bool prewarmed() const = 0;
   // server_info.name from the worker's robot/initialize answer ("" when unknown): whether the worker

@@ -36,7 +36,7 @@ enum class KeywordOutcome { pass, fail, error, timeout, count };
 enum class StartKind { cold, prewarmed, count };
 enum class ExitReason { normal, crash, killed, recycled, timeout, count };
 enum class Direction { in, out, count };  // pickles: in the client's request, out in the worker's answer
-enum class Refusal { allow_from, max_sessions, max_sessions_per_client, count };
+enum class Refusal { allow_from, max_sessions, max_sessions_per_client, proxy_header, count };
 
 template <class E>
 using Counters = std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(E::count)>;

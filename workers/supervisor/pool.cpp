@@ -146,7 +146,8 @@ std::shared_ptr<Worker> LibraryPool::pick_shared(bool idle_only) {
 }
 
 asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments, std::optional<asio::any_io_executor> home,
-                                            std::optional<clock::time_point> given_deadline, clock::duration* waited) {
+                                            std::optional<clock::time_point> given_deadline, clock::duration* waited,
+                                            std::shared_ptr<const config::Library> serving) {
   const auto deadline = given_deadline ? *given_deadline : clock::now() + library_->queue_timeout;
   const bool shared = library_->isolation == config::Isolation::shared;
   // A shared worker serves sessions of every loop: it lives on the pools' loop.
@@ -194,7 +195,7 @@ asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments, std::optiona
     if (owner_.has_capacity(*this)) {
       if (in_backoff())
         throw WorkerError(protocol::kWorkerFailed, backoff_message(), json::object{{"library", library_->name}});
-      auto w = co_await start_worker(false, where);
+      auto w = co_await start_worker(false, where, serving.get());
       ++slots_.at(w.get()).imports;
       prewarm_wake_.set();
       co_return Grant{w, this, false};
@@ -229,7 +230,8 @@ asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments, std::optiona
   }
 }
 
-asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prewarm, asio::any_io_executor home) {
+asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prewarm, asio::any_io_executor home,
+                                                                   const config::Library* serving) {
   ++starting_;
   ++owner_.live_;  // reserve the capacity now, so concurrent imports cannot overshoot the caps
   co_await owner_.begin_start(!for_prewarm);
@@ -237,7 +239,7 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
   std::optional<WorkerError> failure;
   try {
     // Started on its own loop, where it lives from now on.
-    worker = co_await run_on(home, Worker::start(home, *library_, owner_.reaper_, owner_.options_));
+    worker = co_await run_on(home, Worker::start(home, serving ? *serving : *library_, owner_.reaper_, owner_.options_));
   } catch (const WorkerError& e) {
     failure = e;
   }
@@ -264,7 +266,7 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
   slots_[worker.get()] = slot;
   workers_.push_back(worker);
   LibraryMetrics::add(metrics_.starts, for_prewarm ? StartKind::prewarmed : StartKind::cold);
-  log::info("library {}: worker pid {} ready ({}; {} live)", library_->name, worker->pid(),
+  log::info("library {}: worker {} ready ({}; {} live)", library_->name, worker->where(),
             for_prewarm ? "prewarm" : "cold start for an import", workers_.size());
   asio::co_spawn(owner_.executor_, watch(worker), log_exceptions("pool watch " + library_->name));
   // A shared worker has room for more than the import that started it: imports that queued for
@@ -298,7 +300,7 @@ asio::awaitable<void> LibraryPool::watch(std::shared_ptr<Worker> worker) {
     if (uptime < kHealthyUptime) record_failure(ending.death);
     else failures_ = 1, last_failure_ = ending.death;
   }
-  log::debug("library {}: worker pid {} gone ({} live)", library_->name, worker->pid(), workers_.size());
+  log::debug("library {}: worker {} gone ({} live)", library_->name, worker->where(), workers_.size());
   owner_.capacity_changed();
 }
 

@@ -31,6 +31,9 @@ struct Grant {
   // prewarm_import: the worker's answer to the import without arguments it made ahead of time, which
   // answers this import (handed out only for an import without arguments).
   std::optional<Message> preimported{};
+  // The settings the import is served with: the pool's library, or what a glob entry made of it for the
+  // imported name (config::concrete).
+  std::shared_ptr<const config::Library> serving{};
 };
 
 class LibraryPool {
@@ -47,9 +50,11 @@ class LibraryPool {
   // prewarmed one on that loop is preferred); none: the pools' own loop. Shared workers live there.
   // deadline: when the import gives up (default: queue_timeout from now); waited: time spent waiting for
   // capacity is added there (for the metrics). An empty grant: a reload retired this pool meanwhile.
+  // serving: a glob entry's settings for the imported name; a worker started for the import runs with them.
   asio::awaitable<Grant> acquire(bool without_arguments = false, std::optional<asio::any_io_executor> home = {},
                                  std::optional<std::chrono::steady_clock::time_point> deadline = {},
-                                 std::chrono::steady_clock::duration* waited = nullptr);
+                                 std::chrono::steady_clock::duration* waited = nullptr,
+                                 std::shared_ptr<const config::Library> serving = nullptr);
   // The import ended (finalized, failed, or its session went away). A dedicated worker is stopped;
   // a shared one stays for the next import unless it is draining.
   asio::awaitable<void> release(Grant& grant, std::string reason);
@@ -88,7 +93,8 @@ class LibraryPool {
     bool failure_counted = false;
   };
 
-  asio::awaitable<std::shared_ptr<Worker>> start_worker(bool for_prewarm, asio::any_io_executor home);
+  asio::awaitable<std::shared_ptr<Worker>> start_worker(bool for_prewarm, asio::any_io_executor home,
+                                                        const config::Library* serving = nullptr);
   asio::awaitable<void> prewarm_loop();
   // prewarm_import: the prewarmed worker imports the library without arguments; false when that failed
   // (the worker is then being stopped, and the failure counts for the crash backoff).
@@ -180,7 +186,8 @@ class WorkerPools : public LeaseSource {
   friend class LibraryPool;
   bool has_capacity(const LibraryPool& pool) const;
   void apply_orphan_policy(const config::Config& config);
-  asio::awaitable<Grant> acquire_named(std::string name, bool without_arguments, asio::any_io_executor home);
+  asio::awaitable<Grant> acquire_named(std::shared_ptr<const config::Library> library, bool without_arguments,
+                                       asio::any_io_executor home);
   // Waits until capacity may have changed, or the deadline; false at the deadline.
   asio::awaitable<bool> wait_for_capacity(AsyncEvent::clock::time_point deadline);
   void capacity_changed();

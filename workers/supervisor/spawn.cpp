@@ -204,7 +204,8 @@ std::vector<std::string> check_libraries(const config::Config& config) {
   for (const auto& library : config.libraries) {
     const std::string where = fmt::format("{}:{}: library '{}'", config.path, library.source_line, library.name);
     // The loader has already refused an empty command and a cwd that is not a directory.
-    if (library.command.empty()) continue;
+    // An upstream has no command; a program that depends on the imported name is resolved at each start.
+    if (library.command.empty() || library.command.front().find("{library}") != std::string::npos) continue;
     auto resolved = resolve_command(library.command.front());
     if (!resolved.path) problems.push_back(fmt::format("{}: command {}", where, resolved.problem));
   }

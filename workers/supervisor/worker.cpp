@@ -5,7 +5,9 @@
 #include "common/runtime/loops.hpp"
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
 
 #include <fmt/format.h>
 
@@ -50,6 +52,8 @@ Worker::Worker(asio::any_io_executor executor, const config::Library& library, S
       options_(options),
       pid_(process.pid),
       executable_(std::move(process.executable)),
+      where_(fmt::format("pid {}", pid_)),
+      tag_(fmt::format("worker {}[{}]", library.label(), pid_)),
       channel_(StreamOptions{options.framing, FrameReader::Mode::lenient, JsonLimits{}, kStdinHighWater},
                FdStream(executor, process.stdout_pipe.release()), FdStream(executor, process.stdin_pipe.release())),
       stderr_(std::move(process.stderr_pipe)),
@@ -60,44 +64,141 @@ Worker::Worker(asio::any_io_executor executor, const config::Library& library, S
   if (options.offload) channel_.classify_large_frames_on(*options.offload, kOffloadFrameBytes);
 }
 
+Worker::Worker(asio::any_io_executor executor, const config::Library& library, int socket, std::string address,
+               const WorkerOptions& options)
+    : executor_(executor),
+      library_(library),
+      options_(options),
+      pid_(0),
+      executable_(std::move(address)),
+      where_(fmt::format("upstream {}", executable_)),
+      tag_(fmt::format("upstream {}[{}]", library.label(), executable_)),
+      // One socket, read and written through two descriptors (the reader and the writer close apart).
+      channel_(StreamOptions{options.framing, FrameReader::Mode::strict, JsonLimits{}, kStdinHighWater},
+               FdStream(executor, socket), FdStream(executor, ::dup(socket))),
+      stderr_(executor),
+      deadline_timer_(executor),
+      exited_(executor),
+      stdout_done_(executor),
+      stderr_done_(executor) {
+  if (options.offload) channel_.classify_large_frames_on(*options.offload, kOffloadFrameBytes);
+  stderr_done_.set();  // an upstream has no stderr to read
+}
+
 Worker::~Worker() {
   // No orphans: a worker object never outlives its process silently.
   if (!exit_status_) kill_now();
 }
 
+std::string Worker::subject() const {
+  if (is_upstream()) return fmt::format("The upstream of library '{}' ({})", library_.label(), executable_);
+  return fmt::format("The worker of library '{}' (pid {})", library_.label(), pid_);
+}
+
+std::string Worker::subject_lower() const {
+  auto text = subject();
+  text[0] = 't';
+  return text;
+}
+
 asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor executor, const config::Library& library,
                                                        ChildReaper& reaper, const WorkerOptions& options) {
+  if (library.is_upstream()) {
+    auto worker = co_await connect(executor, library, options);
+    co_await begin(worker);
+    co_return worker;
+  }
   // The reaper must know the child before it can collect it (it reaps on its own loop, maybe meanwhile).
   auto spawning = reaper.hold();
   std::optional<SpawnedProcess> process;
   try {
     process.emplace(spawn_worker(executor, library));
   } catch (const std::system_error& e) {
-    log::error("library {}: cannot start worker: {}", library.name, e.what());
+    log::error("library {}: cannot start worker: {}", library.label(), e.what());
     throw WorkerError(protocol::kWorkerFailed,
                       fmt::format("Cannot start the worker of library '{}': {}. Check the 'command' of this library "
                                   "in the gateway configuration.",
-                                  library.name, e.what()),
-                      json::object{{"library", library.name}});
+                                  library.label(), e.what()),
+                      json::object{{"library", library.label()}});
   }
 
   // Deleted on its own loop, whichever loop lets go of it last (a pool on another loop, say).
   auto worker = make_shared_on<Worker>(executor, executor, library, std::move(*process), options);
-  log::info("worker {}[{}]: started: {}", library.name, worker->pid_, worker->executable_);
+  log::info("{}: started: {}", worker->tag_, worker->executable_);
   std::weak_ptr<Worker> weak = worker;
   reaper.watch(worker->pid_, executor, [weak](ExitStatus status) {
     if (auto w = weak.lock()) w->on_exit(status);
   });
   spawning.unlock();
-  const std::string where = fmt::format("worker {}[{}]", library.name, worker->pid_);
+  co_await begin(worker);
+  co_return worker;
+}
+
+asio::awaitable<std::shared_ptr<Worker>> Worker::connect(asio::any_io_executor executor, const config::Library& library,
+                                                         const WorkerOptions& options) {
+  const auto address = config::parse_upstream_address(library.upstream);
+  auto fail = [&](const std::string& what) {
+    log::warn("library {}: cannot reach the upstream {}: {}", library.label(), library.upstream, what);
+    return WorkerError(protocol::kWorkerFailed,
+                       fmt::format("Cannot reach the upstream of library '{}' at {}: {}. Check that the server runs "
+                                   "there and accepts connections from the gateway, and the 'upstream' of this library "
+                                   "in the gateway configuration.",
+                                   library.label(), library.upstream, what),
+                       json::object{{"library", library.label()}, {"upstream", library.upstream}});
+  };
+  if (!address) throw fail("not a tcp://HOST:PORT address");
+  // Resolving and connecting share one deadline: connect_timeout.
+  auto state = std::make_shared<asio::ip::tcp::socket>(executor);
+  asio::ip::tcp::resolver resolver(executor);
+  asio::steady_timer deadline(executor, library.connect_timeout);
+  bool timed_out = false;
+  deadline.async_wait([&, state](const boost::system::error_code& ec) {
+    if (ec) return;
+    timed_out = true;
+    resolver.cancel();
+    boost::system::error_code ignored;
+    state->close(ignored);
+  });
+  auto [resolve_error, endpoints] = co_await resolver.async_resolve(
+      address->host, std::to_string(address->port), asio::ip::tcp::resolver::numeric_service,
+      asio::as_tuple(asio::use_awaitable));
+  if (timed_out) throw fail(fmt::format("resolving '{}' took longer than connect_timeout ({})", address->host,
+                                        seconds_text(library.connect_timeout)));
+  if (resolve_error) {
+    deadline.cancel();
+    throw fail(fmt::format("cannot resolve '{}': {}", address->host, resolve_error.message()));
+  }
+  auto [connect_error, endpoint] =
+      co_await asio::async_connect(*state, endpoints, asio::as_tuple(asio::use_awaitable));
+  deadline.cancel();
+  if (timed_out)
+    throw fail(fmt::format("no connection within connect_timeout ({})", seconds_text(library.connect_timeout)));
+  if (connect_error) throw fail(connect_error.message());
+  boost::system::error_code ec;
+  state->set_option(asio::ip::tcp::no_delay(true), ec);
+  state->set_option(asio::socket_base::keep_alive(true), ec);
+  const int fd = state->release(ec);
+  if (ec) throw fail(fmt::format("cannot take over the connection: {}", ec.message()));
+  auto worker = make_shared_on<Worker>(executor, executor, library, fd, library.upstream, options);
+  log::info("{}: connected to {}", worker->tag_, endpoint.address().to_string() + ":" + std::to_string(endpoint.port()));
+  co_return worker;
+}
+
+asio::awaitable<void> Worker::begin(std::shared_ptr<Worker> worker) {
+  auto executor = worker->executor_;
+  const auto& library = worker->library_;
+  const auto& options = worker->options_;
+  const std::string& where = worker->tag_;
   asio::co_spawn(executor, [worker]() { return worker->read_stdout(); }, log_exceptions(where + " stdout"));
-  asio::co_spawn(executor, [worker]() { return worker->read_stderr(); }, log_exceptions(where + " stderr"));
+  if (!worker->is_upstream())
+    asio::co_spawn(executor, [worker]() { return worker->read_stderr(); }, log_exceptions(where + " stderr"));
   asio::co_spawn(
       executor,
       [worker]() -> asio::awaitable<void> {
         co_await worker->channel_.run_writer();
-        // Closing our end is how the worker sees EOF on stdin.
+        // Closing our end is how the worker sees EOF on stdin (an upstream: the end of our half).
         boost::system::error_code ignored;
+        if (worker->is_upstream()) worker->channel_.stream().out().shutdown(asio::socket_base::shutdown_send, ignored);
         worker->channel_.stream().out().close(ignored);
       },
       log_exceptions(where + " stdin"));
@@ -111,8 +212,7 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor exe
                                              library.startup_timeout);
     if (reply.kind == Message::Kind::error_response) {
       failure.emplace(protocol::kWorkerFailed,
-                      fmt::format("The worker of library '{}' (pid {}) refused robot/initialize: {}", library.name,
-                                  worker->pid_, reply.text()));
+                      fmt::format("{} refused robot/initialize: {}", worker->subject(), reply.text()));
     } else if (const auto result = reply.result_text(); !result.empty()) {
       const auto members = jsontext::members(result);
       if (const auto* info = jsontext::find(members, "server_info"); info && info->kind == jsontext::Kind::object) {
@@ -137,7 +237,6 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor exe
   }
   worker->channel_.send(make_notification_raw(protocol::kInitialized, "{}"));
   worker->set_state(State::idle, "handshake done");
-  co_return worker;
 }
 
 asio::awaitable<void> Worker::acquire() {
@@ -171,8 +270,7 @@ asio::awaitable<Message> Worker::call(std::string_view method, std::string param
 std::string Worker::unavailable(const std::string& what) const {
   if (!death_.empty())
     return fmt::format("Cannot run {}: {}. Import the library again to get a new worker.", what, death_);
-  return fmt::format("Cannot run {}: the worker of library '{}' (pid {}) is being stopped ({}).", what,
-                     library_.name, pid_, stop_reason_);
+  return fmt::format("Cannot run {}: {} is being stopped ({}).", what, subject_lower(), stop_reason_);
 }
 
 asio::awaitable<Message> Worker::request(std::string_view method, std::string params,
@@ -205,8 +303,7 @@ asio::awaitable<Message> Worker::request(std::string_view method, std::string pa
 
   if (!answered) {
     throw WorkerError(protocol::kWorkerTimeout,
-                      fmt::format("The worker of library '{}' (pid {}) did not answer {} within {}.", library_.name,
-                                  pid_, what, seconds_text(*timeout)),
+                      fmt::format("{} did not answer {} within {}.", subject(), what, seconds_text(*timeout)),
                       error_data());
   }
   if (!flight->reply) {
@@ -224,7 +321,7 @@ asio::awaitable<Message> Worker::request(std::string_view method, std::string pa
 
 asio::awaitable<void> Worker::read_stdout() {
   channel_.on_stray_bytes = [this](std::string_view skipped) {
-    log::warn("worker {}[{}]: skipped {} bytes on stdout that are not a protocol frame: '{}'", library_.name, pid_,
+    log::warn("{}: skipped {} bytes on stdout that are not a protocol frame: '{}'", tag_,
               skipped.size(), log::printable(skipped));
   };
   std::string broken;
@@ -233,7 +330,7 @@ asio::awaitable<void> Worker::read_stdout() {
     if (in.kind == Incoming::Kind::message) {
       co_await handle(std::move(*in.message));
     } else if (in.kind == Incoming::Kind::invalid) {
-      log::warn("worker {}[{}]: skipped an invalid message ({}): '{}'", library_.name, pid_, in.problem->message,
+      log::warn("{}: skipped an invalid message ({}): '{}'", tag_, in.problem->message,
                 log::printable(in.body));
     } else if (in.kind == Incoming::Kind::framing_error) {
       broken = std::move(in.error);
@@ -243,14 +340,37 @@ asio::awaitable<void> Worker::read_stdout() {
     }
   }
   stdout_closed_ = true;
+  if (is_upstream()) {
+    // No process: the connection's end is the upstream's end, for this import.
+    broke_protocol_ = !broken.empty();
+    if (broke_protocol_) log::error("{}: unrecoverable framing error ({}); closing the connection", tag_, broken);
+    else if (!stopping_) log::warn("{}: the upstream closed the connection (state {})", tag_, state_name(state_.load()));
+    died_busy_ = !stopping_ && state_ == State::busy;
+    stopped_before_exit_ = stopping_;
+    boost::system::error_code ignored;
+    channel_.stream().in().close(ignored);
+    if (!broken.empty())
+      death_ = fmt::format("{} broke the protocol ({}); the connection was closed", subject(), broken);
+    else if (stopping_)
+      death_ = fmt::format("{} was disconnected ({})", subject(), stop_reason_);
+    else
+      death_ = fmt::format("{} closed the connection", subject());
+    state_ = State::exited;
+    exit_status_ = ExitStatus{};
+    alive_.store(false, std::memory_order_release);
+    exited_.set();
+    fail_everything();
+    stdout_done_.set();
+    co_return;
+  }
   if (!broken.empty()) {
     broke_protocol_ = true;
-    log::error("worker {}[{}]: unrecoverable framing error on stdout ({}); killing it", library_.name, pid_, broken);
+    log::error("{}: unrecoverable framing error on stdout ({}); killing it", tag_, broken);
     signal_group(SIGKILL);
   }
   // The process normally ends with its stdout; make sure, then report why it is gone.
   if (!co_await exited_.wait_for(2s)) {
-    log::warn("worker {}[{}]: closed stdout but is still running; killing it", library_.name, pid_);
+    log::warn("{}: closed stdout but is still running; killing it", tag_);
     if (!stopping_) broke_protocol_ = true;  // the SIGKILL below is the gateway's, for a fault of the worker
     signal_group(SIGKILL);
     co_await exited_.wait_for(10s);
@@ -258,13 +378,11 @@ asio::awaitable<void> Worker::read_stdout() {
   co_await stderr_done_.wait_for(500ms);
   std::string how = exit_status_ ? exit_status_->describe() : std::string("an unknown status");
   if (!broken.empty())
-    death_ = fmt::format("The worker of library '{}' (pid {}) broke the protocol ({}) and was killed", library_.name,
-                         pid_, broken);
+    death_ = fmt::format("{} broke the protocol ({}) and was killed", subject(), broken);
   else if (stopping_)
-    death_ = fmt::format("The worker of library '{}' (pid {}) was stopped ({}) and ended with {}", library_.name, pid_,
-                         stop_reason_, how);
+    death_ = fmt::format("{} was stopped ({}) and ended with {}", subject(), stop_reason_, how);
   else
-    death_ = fmt::format("The worker of library '{}' (pid {}) died with {}", library_.name, pid_, how);
+    death_ = fmt::format("{} died with {}", subject(), how);
   alive_.store(false, std::memory_order_release);
   fail_everything();
   stdout_done_.set();
@@ -310,13 +428,13 @@ asio::awaitable<void> Worker::handle(Message message) {
     case Message::Kind::notification: {
       auto method = message.method();
       if (method != protocol::kLog && method != protocol::kTrace) {
-        log::debug("worker {}[{}]: ignored notification {}", library_.name, pid_, method);
+        log::debug("{}: ignored notification {}", tag_, method);
         co_return;
       }
       std::shared_ptr<CallObserver> observer;
       if (in_flight_) observer = in_flight_->observer.lock();
       if (!observer) {
-        log::info("worker {}[{}]: log outside any call: {}", library_.name, pid_,
+        log::info("{}: log outside any call: {}", tag_,
                   log::printable(message.params_text()));
         co_return;
       }
@@ -341,8 +459,8 @@ asio::awaitable<void> Worker::handle(Message message) {
         // Last: the caller resumes inside notify() and carries the answer on to its client.
         in_flight_->done.notify();
       } else {
-        log::warn("worker {}[{}]: dropped a response with unexpected id {} (late answer to a call that timed out?)",
-                  library_.name, pid_, id);
+        log::warn("{}: dropped a response with unexpected id {} (late answer to a call that timed out?)",
+                  tag_, id);
       }
       co_return;
     }
@@ -353,7 +471,7 @@ asio::awaitable<void> Worker::read_stderr() {
   std::vector<char> buffer(8192);
   auto emit = [this](std::string_view line) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    log::info("worker {}[{}] stderr: {}", library_.name, pid_, log::printable(line, kStderrLineMax));
+    log::info("{} stderr: {}", tag_, log::printable(line, kStderrLineMax));
     stderr_tail_.emplace_back(line.substr(0, 500));
     if (stderr_tail_.size() > kStderrTailLines) stderr_tail_.pop_front();
   };
@@ -387,7 +505,9 @@ std::string Worker::stderr_tail() const {
 }
 
 json::object Worker::error_data() const {
-  json::object data{{"library", library_.name}, {"pid", pid_}};
+  json::object data{{"library", library_.label()}};
+  if (is_upstream()) data["upstream"] = executable_;
+  else data["pid"] = pid_;
   if (exit_status_) {
     if (exit_status_->signaled) data["signal"] = exit_status_->signal;
     else data["exit_code"] = exit_status_->code;
@@ -404,8 +524,8 @@ void Worker::on_exit(ExitStatus status) {
   exit_status_ = status;
   died_busy_ = !stopping_ && state_ == State::busy;
   stopped_before_exit_ = stopping_;
-  if (stopping_) log::info("worker {}[{}]: exited with {}", library_.name, pid_, status.describe());
-  else log::warn("worker {}[{}]: exited unexpectedly with {} (state {})", library_.name, pid_, status.describe(),
+  if (stopping_) log::info("{}: exited with {}", tag_, status.describe());
+  else log::warn("{}: exited unexpectedly with {} (state {})", tag_, status.describe(),
                  state_name(state_.load()));
   state_ = State::exited;
   exited_.set();
@@ -417,7 +537,7 @@ void Worker::on_exit(ExitStatus status) {
         executor_,
         [self = shared_from_this()]() -> asio::awaitable<void> {
           if (co_await self->stdout_done_.wait_for(2s)) co_return;
-          log::warn("worker {}[{}]: stdout still open after exit; closing it", self->library_.name, self->pid_);
+          log::warn("{}: stdout still open after exit; closing it", self->tag_);
           boost::system::error_code ignored;
           self->channel_.stream().in().close(ignored);
           self->stderr_.close(ignored);
@@ -436,12 +556,23 @@ asio::awaitable<void> Worker::stop(std::string reason, bool polite) {
   stop_reason_ = reason;
   if (state_ != State::exited) set_state(State::stopping, reason);
   const auto grace = library_.shutdown_grace;
+  if (is_upstream()) {
+    // robot/shutdown would end the upstream server for all its clients: only this connection ends (the
+    // lease has finalized the import already where that was possible).
+    channel_.close_writer();
+    boost::system::error_code ignored;
+    channel_.stream().in().shutdown(asio::socket_base::shutdown_both, ignored);
+    co_await stdout_done_.wait_for(grace);
+    if (!stdout_done_.is_set()) channel_.stream().in().close(ignored);
+    co_await stdout_done_.wait_for(3s);
+    co_return;
+  }
 
   if (polite && alive() && !busy_) {
     try {
       co_await request(protocol::kShutdown, "{}", {}, "robot/shutdown", grace);
     } catch (const WorkerError& e) {
-      log::info("worker {}[{}]: no answer to robot/shutdown: {}", library_.name, pid_, e.what());
+      log::info("{}: no answer to robot/shutdown: {}", tag_, e.what());
     }
     if (alive()) channel_.send(make_notification_raw(protocol::kExit, "{}"));
   }
@@ -453,21 +584,22 @@ asio::awaitable<void> Worker::stop(std::string reason, bool polite) {
   if (!co_await exited_.wait_for(grace)) {
     bool gone = false;
     if (!terminated) {
-      log::warn("worker {}[{}]: still running {} after stop; sending SIGTERM", library_.name, pid_,
+      log::warn("{}: still running {} after stop; sending SIGTERM", tag_,
                 seconds_text(grace));
       signal_group(SIGTERM);
       gone = co_await exited_.wait_for(grace);
     }
     if (!gone) {
-      log::warn("worker {}[{}]: ignored SIGTERM for {}; sending SIGKILL", library_.name, pid_, seconds_text(grace));
+      log::warn("{}: ignored SIGTERM for {}; sending SIGKILL", tag_, seconds_text(grace));
       signal_group(SIGKILL);
-      if (!co_await exited_.wait_for(10s)) log::error("worker {}[{}]: survived SIGKILL?", library_.name, pid_);
+      if (!co_await exited_.wait_for(10s)) log::error("{}: survived SIGKILL?", tag_);
     }
   }
   co_await stdout_done_.wait_for(3s);
 }
 
 std::uint64_t Worker::resident_bytes() const {
+  if (is_upstream()) return 0;
   // /proc/PID/statm: size resident shared text lib data dt, in pages.
   std::FILE* f = std::fopen(fmt::format("/proc/{}/statm", pid_).c_str(), "r");
   if (!f) return 0;
@@ -489,7 +621,7 @@ void Worker::signal_group(int sig) {
 
 void Worker::set_state(State s, std::string_view why) {
   if (s == state_) return;
-  log::debug("worker {}[{}]: {} -> {} ({})", library_.name, pid_, state_name(state_.load()), state_name(s), why);
+  log::debug("{}: {} -> {} ({})", tag_, state_name(state_.load()), state_name(s), why);
   if (state_ == State::exited) return;
   state_ = s;
 }

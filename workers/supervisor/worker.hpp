@@ -55,8 +55,10 @@ class Worker : public std::enable_shared_from_this<Worker> {
  public:
   enum class State { starting, idle, busy, stopping, exited };
 
-  // Spawns the library's worker and completes the initialize/initialized handshake.
-  // Throws WorkerError naming the library, the pid and the reason (with its stderr tail).
+  // Spawns the library's worker and completes the initialize/initialized handshake; for an upstream
+  // library, connects to the upstream server instead (connect_timeout) and does the same handshake there:
+  // the connection then behaves as a worker does, with no process behind it.
+  // Throws WorkerError naming the library, the pid (or upstream address) and the reason (with its stderr tail).
   static asio::awaitable<std::shared_ptr<Worker>> start(asio::any_io_executor executor,
                                                         const config::Library& library, ChildReaper& reaper,
                                                         const WorkerOptions& options);
@@ -91,7 +93,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // Resident memory of the worker process (not its children); 0 if unknown.
   std::uint64_t resident_bytes() const;
 
+  // 0 for an upstream connection.
   pid_t pid() const { return pid_; }
+  // "pid 1234", or "upstream tcp://bench-7:8270" for a connection to an upstream server: for messages.
+  const std::string& where() const { return where_; }
+  bool is_upstream() const { return pid_ == 0; }
   // The event loop it belongs to: every call, stop and wait is made there (see common/runtime/loops.hpp).
   // The state queries below may be read from any loop; the rest only on this one.
   const asio::any_io_executor& executor() const { return executor_; }
@@ -115,6 +121,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
 
   Worker(asio::any_io_executor executor, const config::Library& library, SpawnedProcess process,
          const WorkerOptions& options);
+  // An upstream: a connected socket (taken over) to `address`.
+  Worker(asio::any_io_executor executor, const config::Library& library, int socket, std::string address,
+         const WorkerOptions& options);
 
  private:
   struct InFlight {
@@ -129,6 +138,13 @@ class Worker : public std::enable_shared_from_this<Worker> {
     Handoff done;
   };
 
+  static asio::awaitable<std::shared_ptr<Worker>> connect(asio::any_io_executor executor,
+                                                          const config::Library& library, const WorkerOptions& options);
+  // Starts the readers and the writer, then the initialize/initialized handshake.
+  static asio::awaitable<void> begin(std::shared_ptr<Worker> worker);
+  // The worker (or upstream) of library 'X' (pid N): the subject of most messages.
+  std::string subject() const;
+  std::string subject_lower() const;
   asio::awaitable<Message> request(std::string_view method, std::string params, std::weak_ptr<CallObserver> observer,
                                    std::string what, std::optional<config::Duration> timeout);
   std::string unavailable(const std::string& what) const;
@@ -152,7 +168,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
   config::Library library_;
   WorkerOptions options_;
   pid_t pid_;
-  std::string executable_;
+  std::string executable_;  // the program, or the upstream's address
+  std::string where_;
+  std::string tag_;  // "worker Calc[1234]", "upstream Calc[tcp://bench:8270]": starts its log lines
   std::string server_name_;
   // The protocol channel: the worker's stdout (read) and stdin (written) as one message stream.
   MessageStream<DuplexStream<FdStream, FdStream>> channel_;
