@@ -18,6 +18,7 @@ packages=(
   systemd                                  # systemd-analyze (unit security rating, verify), systemd-sysusers/-tmpfiles
                                            # (package test), systemd-socket-activate (socket activation tests)
   prometheus                               # promtool checks /metrics (admin_test); its server is not wanted here
+  haproxy                                  # two gateways behind a real HAProxy (haproxy_test); its service is not wanted
 )
 
 packages+=("$@")
@@ -38,5 +39,8 @@ if ((${#missing[@]})); then
   # Only promtool is used: a Prometheus server the package started would scrape and listen for nothing.
   if [[ " ${missing[*]} " == *" prometheus "* ]] && [[ -d /run/systemd/system ]]; then
     systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
+  fi
+  if [[ " ${missing[*]} " == *" haproxy "* ]] && [[ -d /run/systemd/system ]]; then
+    systemctl disable --now haproxy >/dev/null 2>&1 || true
   fi
 fi

@@ -236,14 +236,18 @@ std::string Server::status_json() const {
   json::array libraries;
   for (const auto& pool : context_.pools.view()) {
     json::array workers;
-    for (const auto& w : pool.workers)
-      workers.push_back(json::object{{"pid", w.pid},
-                                     {"state", w.state},
-                                     {"age_seconds", w.age_seconds},
-                                     {"keywords", w.keywords},
-                                     {"imports", w.imports},
-                                     {"prewarmed", w.prewarmed_unused},
-                                     {"rss_bytes", rss_of(w.pid)}});
+    for (const auto& w : pool.workers) {
+      json::object worker{{"pid", w.pid},
+                          {"state", w.state},
+                          {"age_seconds", w.age_seconds},
+                          {"keywords", w.keywords},
+                          {"imports", w.imports},
+                          {"prewarmed", w.prewarmed_unused},
+                          {"rss_bytes", w.upstream.empty() ? rss_of(w.pid) : 0}};
+      if (!w.upstream.empty()) worker["upstream"] = w.upstream;
+      if (!w.serves.empty()) worker["serves"] = w.serves;
+      workers.push_back(std::move(worker));
+    }
     libraries.push_back(json::object{{"name", pool.library},
                                      {"retired", pool.retired},
                                      {"backing_off", pool.backing_off},

@@ -164,6 +164,9 @@ class StreamConnection final : public Connection, public std::enable_shared_from
         session_->handle_invalid(*in.problem);
       } else if (in.kind == Incoming::Kind::framing_error) {
         // After a framing fault no later byte can be trusted to start a frame: say why, then hang up.
+        // A PROXY header from an address that is not a configured balancer is refused this way.
+        if (in.error.find("'PROXY ") != std::string::npos)
+          in.error += " (a PROXY protocol header, from an address not in [gateway] proxy_protocol_from)";
         log::warn("{}: framing error: {}; closing the connection", name_, in.error);
         send(make_error_raw("null", protocol::kParseError,
                             fmt::format("Framing error: {}. The gateway closes the connection.", in.error)));

@@ -1551,3 +1551,133 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 }  // namespace
+
+// ---- Fronts and backs: unix: listeners, PROXY protocol, upstreams, glob routes ----
+
+TEST_F(ConfigTest, UnixListenersAndTheirMode) {
+  auto config = load(R"([gateway]
+listen = ["unix:/run/rjg/gateway.sock", "tcp://127.0.0.1:8271"]
+unix_mode = "0600"
+unix_group = "0"
+proxy_protocol_from = ["10.0.0.0/8"]
+)" + std::string(kMinimal));
+  ASSERT_EQ(config.gateway.listen.size(), 2u);
+  EXPECT_EQ(config.gateway.listen[0].kind, rjg::config::ListenAddress::Kind::unix_socket);
+  EXPECT_EQ(config.gateway.listen[0].path, "/run/rjg/gateway.sock");
+  EXPECT_EQ(config.gateway.unix_mode, 0600u);
+  EXPECT_EQ(config.gateway.unix_group, "0");
+  ASSERT_EQ(config.gateway.proxy_protocol_from.size(), 1u);
+  EXPECT_TRUE(config.gateway.proxy_protocol_from[0].contains("10.1.2.3"));
+  EXPECT_EQ(load(kMinimal).gateway.unix_mode, 0660u);
+}
+
+TEST_F(ConfigTest, BadUnixListenersAndModesAreNamed) {
+  expect_one_problem("[gateway]\nlisten = [\"unix:relative.sock\"]\n" + std::string(kMinimal), 2, {"absolute"});
+  expect_one_problem("[gateway]\nlisten = [\"unix:/" + std::string(120, 'x') + "\"]\n" + std::string(kMinimal), 2,
+                     {"107 bytes"});
+  expect_one_problem("[gateway]\nlisten = [\"unix:/a.sock\", \"unix:/a.sock\"]\n" + std::string(kMinimal), 2,
+                     {"listed twice"});
+  expect_one_problem("[gateway]\nunix_mode = \"0460\"\n" + std::string(kMinimal), 2, {"unix_mode", "owner"});
+  expect_one_problem("[gateway]\nunix_mode = \"rw\"\n" + std::string(kMinimal), 2, {"unix_mode", "octal"});
+  expect_one_problem("[gateway]\nunix_group = \"no-such-group-rjg\"\n" + std::string(kMinimal), 2,
+                     {"unix_group", "no group"});
+  expect_one_problem("[admin]\nlisten = [\"unix:/a.sock\"]\n" + std::string(kMinimal), 2, {"admin", "TCP only"});
+  expect_one_problem("[gateway]\nproxy_protocol_from = [\"10.0.0.0/33\"]\n" + std::string(kMinimal), 2,
+                     {"proxy_protocol_from", "prefix"});
+}
+
+TEST_F(ConfigTest, UpstreamLibraries) {
+  auto config = load(R"([defaults]
+prewarm = 1
+isolation = "shared"
+[[library]]
+name = "Bench"
+upstream = "tcp://bench-pc-7:8270"
+upstream_name = "InstrumentLibrary"
+connect_timeout = "3s"
+[[library]]
+name = "Calculator"
+command = ["robot-example-calculator"]
+)");
+  const auto& bench = config.libraries.at(0);
+  EXPECT_TRUE(bench.is_upstream());
+  EXPECT_TRUE(bench.command.empty());
+  EXPECT_EQ(bench.connect_timeout, Duration(3000));
+  // From [defaults], what an upstream has no use for is ignored.
+  EXPECT_EQ(bench.prewarm, 0u);
+  EXPECT_EQ(bench.isolation, rjg::config::Isolation::session);
+  EXPECT_EQ(bench.import_name(), "InstrumentLibrary");
+  EXPECT_EQ(config.libraries.at(1).prewarm, 1u);
+  EXPECT_EQ(config.libraries.at(1).import_name(), "");
+}
+
+TEST_F(ConfigTest, UpstreamMistakesAreNamed) {
+  expect_one_problem("[[library]]\nname = \"A\"\ncommand = [\"x\"]\nupstream = \"tcp://h:1\"\n", 4,
+                     {"upstream", "command", "exactly one"});
+  expect_one_problem("[[library]]\nname = \"A\"\n", 1, {"no 'command'", "upstream"});
+  expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"http://h:1\"\n", 3, {"upstream", "tcp://"});
+  expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"tcp://h:0\"\n", 3, {"port"});
+  expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"tcp://h:1\"\nisolation = \"shared\"\n", 4,
+                     {"isolation", "does not apply to an upstream"});
+  expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"tcp://h:1\"\nrlimits = { open_files = 64 }\n", 4,
+                     {"rlimits", "does not apply"});
+  expect_one_problem("[[library]]\nname = \"A\"\ncommand = [\"x\"]\nupstream_name = \"B\"\n", 4,
+                     {"upstream_name", "without 'upstream'"});
+}
+
+TEST_F(ConfigTest, GlobRoutes) {
+  auto config = load(R"([[library]]
+name = "Lab*"
+command = ["/opt/venvs/{library}/bin/python", "-m", "server", "{library}"]
+env = { LIB = "{library}" }
+deny = ["LabSecret"]
+[[library]]
+name = "Exact"
+command = ["worker", "--name", "{library}"]
+)");
+  const auto& glob = config.libraries.at(0);
+  EXPECT_TRUE(glob.is_glob());
+  // An exact entry's {library} is its name from the start.
+  EXPECT_EQ(config.libraries.at(1).command.at(2), "Exact");
+  auto served = rjg::config::concrete(glob, "LabPower");
+  EXPECT_EQ(served.name, "Lab*");  // its pool and metrics
+  EXPECT_EQ(served.label(), "LabPower");
+  EXPECT_EQ(served.command.at(0), "/opt/venvs/LabPower/bin/python");
+  EXPECT_EQ(served.command.at(3), "LabPower");
+  EXPECT_EQ(served.env.at("LIB"), "LabPower");
+  EXPECT_EQ(served.import_name(), "");  // the command names it
+  EXPECT_TRUE(rjg::config::denied(glob, "LabSecret"));
+  EXPECT_TRUE(rjg::config::denied(glob, "LabSecret.sub"));
+  EXPECT_FALSE(rjg::config::denied(glob, "LabPower"));
+  rjg::config::Library any;
+  any.name = "Pro*";
+  EXPECT_TRUE(rjg::config::denied(any, "Process"));
+  EXPECT_TRUE(rjg::config::denied(any, "os.path"));
+  EXPECT_FALSE(rjg::config::denied(any, "ProductLibrary"));
+}
+
+TEST_F(ConfigTest, GlobMistakesAreNamed) {
+  expect_one_problem("[[library]]\nname = \"*\"\ncommand = [\"x\"]\n", 2, {"catch-all", "prefix"});
+  expect_one_problem("[[library]]\nname = \"L*\"\ncommand = [\"x\"]\n", 2, {"two"});
+  expect_one_problem("[[library]]\nname = \"a/*\"\ncommand = [\"x\"]\n", 2, {"prefix 'a/'"});
+  expect_one_problem("[[library]]\nname = \"Lab*\"\ncommand = [\"x\", \"{library}\"]\nprewarm = 1\n", 4,
+                     {"prewarm", "{library}"});
+  expect_one_problem("[[library]]\nname = \"Lab*\"\ncommand = [\"x\", \"{library}\"]\nisolation = \"shared\"\n", 4,
+                     {"shared", "{library}"});
+  expect_one_problem("[[library]]\nname = \"Lab\"\ncommand = [\"x\"]\ndeny = [\"a\"]\n", 4, {"deny", "glob"});
+  expect_one_problem("[[library]]\nname = \"Lab*\"\ncommand = [\"x\"]\ndeny = [\"../x\"]\n", 4, {"not a library name"});
+}
+
+TEST(GlobNames, MatchAndValidity) {
+  using rjg::config::glob_match;
+  using rjg::config::valid_import_name;
+  EXPECT_TRUE(glob_match("Lab*", "LabPower"));
+  EXPECT_FALSE(glob_match("Lab*", "Lab"));  // '*' is at least one character
+  EXPECT_TRUE(glob_match("Lab?x*", "Lab1xY"));
+  EXPECT_FALSE(glob_match("Lab*", "lab1"));
+  EXPECT_TRUE(glob_match("Se*Lib*", "SeleniumLibrary"));
+  EXPECT_FALSE(glob_match(std::string(40, '*') + "b", std::string(5000, 'a')));  // no blow-up
+  for (std::string_view good : {"LabPower", "Lab_2", "Selenium.Library", "_private"}) EXPECT_TRUE(valid_import_name(good)) << good;
+  for (std::string_view bad : {"", "-c", "../x", "a/b", "a..b", ".a", "a.", "1abc", "a b", "a;b", "Lab\n"})
+    EXPECT_FALSE(valid_import_name(bad)) << bad;
+}

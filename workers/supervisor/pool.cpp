@@ -639,7 +639,9 @@ std::vector<PoolView> WorkerPools::view() const {
       v.workers.push_back({w->pid(), name,
                            slot != p.slots_.end() ? std::chrono::duration<double>(now - slot->second.born).count() : 0.0,
                            w->keywords_run(), slot != p.slots_.end() ? slot->second.imports : 0,
-                           std::find(p.ready_.begin(), p.ready_.end(), w) != p.ready_.end()});
+                           std::find(p.ready_.begin(), p.ready_.end(), w) != p.ready_.end(),
+                           w->is_upstream() ? w->where().substr(9) : std::string(),
+                           w->library() != p.library().name ? w->library() : std::string()});
     }
     out.push_back(std::move(v));
   };

@@ -138,6 +138,8 @@ struct PoolView {
     std::uint64_t keywords = 0;
     std::size_t imports = 0;
     bool prewarmed_unused = false;
+    std::string upstream;  // a connection to an upstream server (pid 0): its address
+    std::string serves;    // the library it serves, when a glob entry's ("LabPower" under "Lab*")
   };
   std::vector<WorkerView> workers;
 };

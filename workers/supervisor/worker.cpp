@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -75,7 +76,7 @@ Worker::Worker(asio::any_io_executor executor, const config::Library& library, i
       tag_(fmt::format("upstream {}[{}]", library.label(), executable_)),
       // One socket, read and written through two descriptors (the reader and the writer close apart).
       channel_(StreamOptions{options.framing, FrameReader::Mode::strict, JsonLimits{}, kStdinHighWater},
-               FdStream(executor, socket), FdStream(executor, ::dup(socket))),
+               FdStream(executor, socket), FdStream(executor, ::fcntl(socket, F_DUPFD_CLOEXEC, 3))),
       stderr_(executor),
       deadline_timer_(executor),
       exited_(executor),
@@ -147,37 +148,43 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::connect(asio::any_io_executor e
                        json::object{{"library", library.label()}, {"upstream", library.upstream}});
   };
   if (!address) throw fail("not a tcp://HOST:PORT address");
-  // Resolving and connecting share one deadline: connect_timeout.
-  auto state = std::make_shared<asio::ip::tcp::socket>(executor);
-  asio::ip::tcp::resolver resolver(executor);
+  // Resolving and connecting share one deadline: connect_timeout. The timer's handler may run after this
+  // coroutine has moved on (it fired just as the connection completed): it holds what it touches.
+  struct Attempt {
+    explicit Attempt(asio::any_io_executor ex) : socket(ex), resolver(ex) {}
+    asio::ip::tcp::socket socket;
+    asio::ip::tcp::resolver resolver;
+    bool timed_out = false;
+  };
+  auto state = std::make_shared<Attempt>(executor);
   asio::steady_timer deadline(executor, library.connect_timeout);
-  bool timed_out = false;
-  deadline.async_wait([&, state](const boost::system::error_code& ec) {
+  deadline.async_wait([state](const boost::system::error_code& ec) {
     if (ec) return;
-    timed_out = true;
-    resolver.cancel();
+    state->timed_out = true;
+    state->resolver.cancel();
     boost::system::error_code ignored;
-    state->close(ignored);
+    state->socket.close(ignored);
   });
-  auto [resolve_error, endpoints] = co_await resolver.async_resolve(
+  auto [resolve_error, endpoints] = co_await state->resolver.async_resolve(
       address->host, std::to_string(address->port), asio::ip::tcp::resolver::numeric_service,
       asio::as_tuple(asio::use_awaitable));
-  if (timed_out) throw fail(fmt::format("resolving '{}' took longer than connect_timeout ({})", address->host,
-                                        seconds_text(library.connect_timeout)));
+  if (state->timed_out)
+    throw fail(fmt::format("resolving '{}' took longer than connect_timeout ({})", address->host,
+                           seconds_text(library.connect_timeout)));
   if (resolve_error) {
     deadline.cancel();
     throw fail(fmt::format("cannot resolve '{}': {}", address->host, resolve_error.message()));
   }
   auto [connect_error, endpoint] =
-      co_await asio::async_connect(*state, endpoints, asio::as_tuple(asio::use_awaitable));
+      co_await asio::async_connect(state->socket, endpoints, asio::as_tuple(asio::use_awaitable));
   deadline.cancel();
-  if (timed_out)
+  if (state->timed_out)
     throw fail(fmt::format("no connection within connect_timeout ({})", seconds_text(library.connect_timeout)));
   if (connect_error) throw fail(connect_error.message());
   boost::system::error_code ec;
-  state->set_option(asio::ip::tcp::no_delay(true), ec);
-  state->set_option(asio::socket_base::keep_alive(true), ec);
-  const int fd = state->release(ec);
+  state->socket.set_option(asio::ip::tcp::no_delay(true), ec);
+  state->socket.set_option(asio::socket_base::keep_alive(true), ec);
+  const int fd = state->socket.release(ec);
   if (ec) throw fail(fmt::format("cannot take over the connection: {}", ec.message()));
   auto worker = make_shared_on<Worker>(executor, executor, library, fd, library.upstream, options);
   log::info("{}: connected to {}", worker->tag_, endpoint.address().to_string() + ":" + std::to_string(endpoint.port()));

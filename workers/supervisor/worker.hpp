@@ -101,7 +101,8 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // The event loop it belongs to: every call, stop and wait is made there (see common/runtime/loops.hpp).
   // The state queries below may be read from any loop; the rest only on this one.
   const asio::any_io_executor& executor() const { return executor_; }
-  const std::string& library() const { return library_.name; }
+  // The library it serves: the imported name when a glob entry started it.
+  const std::string& library() const { return library_.label(); }
   // server_info.name of its robot/initialize answer ("" when absent): the reference server calls itself
   // "RobotJsonRpcRemoteServer", and it evaluates argument strings (see gateway/argument_guard.hpp).
   const std::string& server_name() const { return server_name_; }
