@@ -52,7 +52,7 @@ bool glob_match(std::string_view glob, std::string_view name) {
 }
 
 bool valid_import_name(std::string_view name) {
-  if (name.empty()) return false;
+  if (name.empty() || name.size() > kMaxImportName) return false;
   bool part_start = true;
   for (char c : name) {
     const bool letter = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
@@ -63,7 +63,7 @@ bool valid_import_name(std::string_view name) {
       continue;
     }
     if (!letter && !digit) return false;
-    if (part_start && digit) return false;
+    if (part_start && (digit || c == '_')) return false;
     part_start = false;
   }
   return !part_start;  // not ending with '.'
@@ -71,8 +71,8 @@ bool valid_import_name(std::string_view name) {
 
 const std::vector<std::string>& default_deny() {
   // Robot Framework's standard libraries (robot/libraries: STDLIBS) and robot itself, and the top-level
-  // modules of Python 3's standard library (sys.stdlib_module_names of 3.12, private ones left out: a
-  // leading '_' is caught by the same rule through their public parents, and denying them costs nothing).
+  // modules of Python 3's standard library (sys.stdlib_module_names of 3.12; private ones, with a leading
+  // '_', are refused by valid_import_name already).
   static const std::vector<std::string> names = {
       "BuiltIn", "Collections", "DateTime", "Dialogs", "Easter", "OperatingSystem", "Process", "Remote",
       "Reserved", "Screenshot", "String", "Telnet", "XML", "robot", "JsonRpcRemote", "robotframework_jsonrpcremote",
@@ -124,9 +124,10 @@ std::string Library::import_name() const {
 Library concrete(const Library& entry, std::string_view name) {
   Library library = entry;
   library.imported = std::string(name);
-  library.name_in_command = std::any_of(entry.command.begin(), entry.command.end(), [](const std::string& item) {
-    return item.find("{library}") != std::string::npos;
-  });
+  auto names = [](const std::string& item) { return item.find("{library}") != std::string::npos; };
+  library.name_in_command = std::any_of(entry.command.begin(), entry.command.end(), names);
+  library.name_dependent = library.name_in_command || names(entry.upstream) ||
+                           std::any_of(entry.env.begin(), entry.env.end(), [&](const auto& e) { return names(e.second); });
   for (auto& item : library.command) substitute(item, name);
   for (auto& [key, value] : library.env) substitute(value, name);
   substitute(library.upstream, name);
@@ -267,8 +268,9 @@ class Loader {
     library.rlimits = plain.rlimits;
   }
 
-  // Glob entries: the deny list, and no prewarm or sharing where the command depends on the imported name.
-  void check_glob(const toml::table& table, std::string_view prefix, const Library& library) {
+  // Glob entries: the deny list, and no prewarm or sharing where the command depends on the imported name
+  // (an error in the entry's own table; from [defaults], ignored, as for an upstream).
+  void check_glob(const toml::table& table, std::string_view prefix, Library& library) {
     if (!library.is_glob()) {
       if (const auto* node = table.get("deny"))
         reader_.problem(node->source(), fmt::format("'{}.deny' applies only to a glob entry (a name with '*' or '?'); "
@@ -276,18 +278,34 @@ class Loader {
                                                     prefix));
       return;
     }
-    const bool per_name = std::any_of(library.command.begin(), library.command.end(),
-                                      [](const std::string& item) { return item.find("{library}") != std::string::npos; });
+    auto names = [](const std::string& item) { return item.find("{library}") != std::string::npos; };
+    if (library.prewarm_import)
+      reader_.problem((table.get("prewarm_import") ? table.get("prewarm_import") : table.get("name"))->source(),
+                      fmt::format("'{}' = true on glob entry \"{}\": the name a client will import is not known "
+                                  "ahead of time; expected prewarm_import = false",
+                                  setting_key(table, prefix, "prewarm_import"), library.name));
+    // A program looked up in PATH by a name the client chose: any program whose name matches the glob.
+    if (!library.command.empty() && names(library.command.front()) && library.command.front().find('/') == std::string::npos)
+      reader_.problem(table.get("command")->source(),
+                      fmt::format("'{}.command[0]' = \"{}\" on glob entry \"{}\" lets a client choose which program "
+                                  "in PATH runs; expected a fixed program, or a path such as "
+                                  "\"/opt/venvs/{{library}}/bin/python\"",
+                                  prefix, library.command.front(), library.name));
+    const bool per_name = std::any_of(library.command.begin(), library.command.end(), names) ||
+                          std::any_of(library.env.begin(), library.env.end(), [&](const auto& e) { return names(e.second); });
     if (!per_name) return;
+    const Library plain;
+    if (!table.get("prewarm")) library.prewarm = plain.prewarm, library.prewarm_import = plain.prewarm_import;
+    if (!table.get("isolation")) library.isolation = plain.isolation;
     auto at = [&](std::string_view key) { return table.get(key) ? table.get(key) : table.get("command"); };
     if (library.prewarm > 0)
       reader_.problem(at("prewarm")->source(),
-                      fmt::format("'{}' = {} on glob entry \"{}\" whose command contains {{library}}: a worker cannot "
+                      fmt::format("'{}' = {} on glob entry \"{}\" whose command or env contains {{library}}: a worker cannot "
                                   "be started before the name it serves is known; expected prewarm = 0",
                                   setting_key(table, prefix, "prewarm"), library.prewarm, library.name));
     if (library.isolation == Isolation::shared)
       reader_.problem(at("isolation")->source(),
-                      fmt::format("'{}' = \"shared\" on glob entry \"{}\" whose command contains {{library}}: each "
+                      fmt::format("'{}' = \"shared\" on glob entry \"{}\" whose command or env contains {{library}}: each "
                                   "imported name needs a worker of its own; expected isolation = \"session\", or a "
                                   "command without {{library}}",
                                   setting_key(table, prefix, "isolation"), library.name));

@@ -68,6 +68,9 @@ struct Library {
   // entry's, which names its pool and metrics), and whether the command depends on it.
   std::string imported;
   bool name_in_command = false;
+  // ... and whether anything of how it starts (command, env, upstream) depends on it: a start that fails
+  // then says nothing about the entry's other names.
+  bool name_dependent = false;
   std::map<std::string, std::string> env;    // added to the worker's environment
   std::optional<std::string> cwd;              // absolute (relative ones resolved against the file's directory)
   Duration startup_timeout{std::chrono::seconds(30)};  // spawn until the worker answers initialize
@@ -109,9 +112,11 @@ struct Library {
 bool is_glob(std::string_view name);
 // '*' one or more characters ("Lab*" does not serve "Lab" itself), '?' one character; nothing else is special.
 bool glob_match(std::string_view pattern, std::string_view name);
-// A name a client may import through a glob entry: letters, digits, '_' and '.'; not starting with '.'
-// or a digit, no empty part between dots. What could be a path, an option or a traversal ("-c", "a/b",
-// "../x") is not.
+// A name a client may import through a glob entry: at most kMaxImportName bytes of letters, digits, '_'
+// and '.'; each dotted part starts with a letter (not '_': "X.__main__" would run a package's command-line
+// code, "_io" is a private module). What could be a path, an option or a traversal ("-c", "a/b", "../x")
+// is not.
+inline constexpr std::size_t kMaxImportName = 200;
 bool valid_import_name(std::string_view name);
 // The names a glob entry refuses when its `deny` is not set: Robot Framework's standard libraries and the
 // top-level modules of Python's standard library.

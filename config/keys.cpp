@@ -503,7 +503,8 @@ const std::vector<Key<Gateway>>& gateway_keys() {
       integer("max_sessions", &Gateway::max_sessions, {.zero = "no limit"},
               "Most client connections at once; further ones are refused (closed)."),
       integer("max_sessions_per_client", &Gateway::max_sessions_per_client, {.zero = "no limit"},
-              "Most connections at once from one source address; further ones from it are refused."),
+              "Most connections at once from one source address (over a Unix socket: from one uid); further ones from it "
+              "are refused."),
       networks("allow_from", &Gateway::allow_from, "every address",
                "The client addresses allowed to connect over TCP; a connection from any other is closed without being "
                "served. Behind a load balancer that sends the PROXY protocol (`proxy_protocol_from`), the address in "

@@ -109,7 +109,7 @@ std::optional<StdioFds> take_stdio() {
     std::fprintf(stderr, "robot-jsonrpc-gateway: --stdio: cannot take over stdin/stdout: %s\n", std::strerror(errno));
     return std::nullopt;
   }
-  ::close(null);
+  if (null > 2) ::close(null);  // else it took a descriptor of the three, which must stay taken
   return fds;
 }
 
@@ -199,7 +199,11 @@ int run(const std::string& path, bool stdio = false) {
   };
   hangups.async_wait(on_hangup);
 
-  boost::asio::signal_set signals(io, SIGTERM, SIGINT);
+  // --stdio: the end is stdin's. A Ctrl-C in the terminal reaches the whole foreground group, Robot
+  // included, which then runs its teardown through this session: SIGINT must not cut it.
+  if (stdio) std::signal(SIGINT, SIG_IGN);
+  boost::asio::signal_set signals(io, SIGTERM);
+  if (!stdio) signals.add(SIGINT);
   int received = 0;
   bool stdio_ended = false;
   if (client) {
@@ -210,7 +214,6 @@ int run(const std::string& path, bool stdio = false) {
           co_await server.serve_stdio(client->in, client->out);
           if (received > 0) co_return;  // a signal's shutdown is under way, and ends the loop itself
           rjg::log::info("the stdio session ended: shutting down");
-          ++received;
           stdio_ended = true;
           co_await server.shutdown([&] { notifications.stopping(); });
         },
@@ -226,7 +229,12 @@ int run(const std::string& path, bool stdio = false) {
   std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec,
                                                                              int sig) {
     if (ec) return;
-    if (++received == 1) {
+    if (stdio_ended && received == 0) {
+      // The session's end began the shutdown already: a signal now (a client that closes stdin, then
+      // terminates us) is the first one, not a second.
+      ++received;
+      rjg::log::info("received {} while shutting down after the stdio session ended", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    } else if (++received == 1) {
       rjg::log::info("received {}: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
       boost::asio::co_spawn(io, server.shutdown([&] { notifications.stopping(); }), [&](std::exception_ptr e) {
         rjg::log_exceptions("shutdown")(e);

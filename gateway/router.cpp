@@ -1,5 +1,7 @@
 #include "gateway/router.hpp"
 
+#include "common/log.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -42,16 +44,26 @@ Router::Route Router::resolve(std::string_view name) const {
       if (!entry.is_glob() || !config::glob_match(entry.name, name)) continue;
       // The name is chosen by the client and reaches a command line, an environment or an upstream: only
       // what can be a library name passes.
+      // Client text in a message and a log line: printable, bounded.
+      const auto shown = log::printable(name, 100);
       if (!config::valid_import_name(name))
         return {nullptr, false,
-                fmt::format("'{}' matches the route \"{}\" but is not a library name a route may import (letters, "
-                            "digits, '_' and '.' only; each dotted part starts with a letter or '_')",
-                            name, entry.name)};
+                fmt::format("'{}' matches the route \"{}\" but is not a library name a route may import (at most {} "
+                            "letters, digits, '_' and '.'; each dotted part starts with a letter)",
+                            shown, entry.name, config::kMaxImportName)};
       if (config::denied(entry, name))
         return {nullptr, false,
                 fmt::format("'{}' matches the route \"{}\" but is in its deny list (Robot Framework's standard "
                             "libraries and Python's standard modules, unless the entry's 'deny' says otherwise)",
-                            name, entry.name)};
+                            shown, entry.name)};
+      // A host name the client chooses may only be one label under the configured part: a dotted name would
+      // let it pick any host (its own domain, resolving to anything).
+      if (const auto host_end = entry.upstream.rfind(':');
+          name.find('.') != std::string_view::npos && entry.upstream.substr(0, host_end).find("{library}") != std::string::npos)
+        return {nullptr, false,
+                fmt::format("'{}' matches the route \"{}\", whose upstream host is the imported name, but a dotted "
+                            "name would choose the host's domain",
+                            shown, entry.name)};
       return {std::make_shared<const config::Library>(config::concrete(entry, name)), false, {}};
     }
   }

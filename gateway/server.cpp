@@ -52,6 +52,7 @@ Server::Server(asio::io_context& io, const config::Config& config, std::string v
       sessions_gone_(io.get_executor()) {}
 
 void Server::listen(PassedSockets& passed, const std::vector<std::string>& named_elsewhere) {
+  listening_ = true;
   const auto config = context_.config();
   // Names that "systemd:NAME" entries take, so that a bare "systemd" leaves those sockets to them.
   std::vector<std::string> named = named_elsewhere;
@@ -92,8 +93,12 @@ Server::Listener Server::open_unix(const config::ListenAddress& address) {
     if (!S_ISSOCK(st.st_mode)) throw fail("the path exists and is not a socket; refusing to replace it");
     unix_socket::socket probe(io_);
     boost::system::error_code ec;
-    probe.connect(unix_socket::endpoint(path), ec);
-    if (!ec) throw fail("another process listens on it (stop it, or choose another path)");
+    // Never blocking: a listener whose backlog is full (a stopped process) answers EAGAIN, and listens.
+    probe.open(unix_socket(), ec);
+    if (!ec) probe.non_blocking(true, ec);
+    if (!ec) probe.connect(unix_socket::endpoint(path), ec);
+    if (!ec || ec == asio::error::would_block || ec == asio::error::try_again || ec == asio::error::in_progress)
+      throw fail("another process listens on it (stop it, or choose another path)");
     if (ec != asio::error::connection_refused)
       throw fail(fmt::format("it exists and cannot be checked ({}); remove it if no gateway uses it", ec.message()));
     log::info("{}: replacing a stale socket file (nothing listens on it)", address.text);
@@ -244,6 +249,11 @@ bool Server::reload(const std::string& path) {
                                   limit == &config::Gateway::max_message_bytes ? "max_message_bytes" : "max_header_bytes"));
   }
 
+  if (gw.unix_mode != before->gateway.unix_mode || gw.unix_group != before->gateway.unix_group)
+    notes.push_back("[gateway] unix_mode or unix_group changed: it applies to unix: listeners opened from now on; "
+                    "those already open keep their file's mode and group until a restart");
+  // --stdio: no listener, whatever the file says.
+  if (!listening_) gw.listen = before->gateway.listen;
   // Listeners: the entries no longer listed close (their sessions stay); new ones open. A new address that
   // cannot be opened fails the whole reload, before anything has changed.
   auto listed = [](const config::Config& c, const std::string& text) {
@@ -418,15 +428,17 @@ asio::awaitable<void> Server::accept_unix(std::shared_ptr<unix_socket::acceptor>
     const auto& gw = config->gateway;
     if (gw.max_sessions && sessions_.size() >= gw.max_sessions) {
       context_.metrics.refuse(workers::Refusal::max_sessions);
-      log::warn("listener {}: refused a connection from uid {} pid {}: max_sessions ({}) reached", address, cred.uid,
-                cred.pid, gw.max_sessions);
+      refuse(std::move(socket), peer,
+             fmt::format("The gateway serves at most {} sessions at once (max_sessions) and is full; retry later.",
+                         gw.max_sessions));
       continue;
     }
     if (gw.max_sessions_per_client && per_client_[client] >= gw.max_sessions_per_client) {
       context_.metrics.refuse(workers::Refusal::max_sessions_per_client);
-      log::warn("listener {}: refused a connection from uid {} pid {}: it already has {} sessions "
-                "(max_sessions_per_client)",
-                address, cred.uid, cred.pid, gw.max_sessions_per_client);
+      refuse(std::move(socket), peer,
+             fmt::format("This user (uid {}) already has {} sessions on this socket and others, the most allowed "
+                         "(max_sessions_per_client); close some, or retry later.",
+                         cred.uid, gw.max_sessions_per_client));
       continue;
     }
     const int fd = socket.release(ec);
@@ -481,12 +493,13 @@ void Server::adopt(int fd, std::string client, std::string peer, bool is_socket,
       }));
 }
 
-void Server::refuse(tcp::socket socket, std::string client, std::string message) {
+template <class Socket>
+void Server::refuse(Socket socket, std::string client, std::string message) {
   log::warn("refused a connection from {}: {}", client, message);
   // Say which limit, then close; a client that does not read gets at most 2s of our attention.
   asio::co_spawn(
       io_,
-      [socket = std::make_shared<tcp::socket>(std::move(socket)),
+      [socket = std::make_shared<Socket>(std::move(socket)),
        frame = encode_frame(make_error(nullptr, protocol::kAtCapacity, message))]() -> asio::awaitable<void> {
         asio::steady_timer deadline(socket->get_executor(), 2s);
         deadline.async_wait([socket](const boost::system::error_code& ec) {
@@ -495,7 +508,7 @@ void Server::refuse(tcp::socket socket, std::string client, std::string message)
         });
         co_await asio::async_write(*socket, asio::buffer(frame), asio::as_tuple(asio::use_awaitable));
         boost::system::error_code ignored;
-        socket->shutdown(tcp::socket::shutdown_both, ignored);
+        socket->shutdown(asio::socket_base::shutdown_both, ignored);
         socket->close(ignored);
         deadline.cancel();
       },

@@ -95,7 +95,8 @@ class Server {
   // On the session's loop: completes once it is closed (at once if it is gone).
   static asio::awaitable<void> closed(std::weak_ptr<Connection> connection);
   // Answers a connection over a limit with a JSON-RPC error naming the limit, then closes it.
-  void refuse(tcp::socket socket, std::string client, std::string message);
+  template <class Socket>
+  void refuse(Socket socket, std::string client, std::string message);
 
   // Threads that classify and pickle-check large frames off the event loop (see StreamConnection).
   static constexpr std::size_t kOffloadThreads = 2;
@@ -115,6 +116,7 @@ class Server {
   GatewayContext context_;
   std::vector<Listener> listeners_;
   bool started_ = false;
+  bool listening_ = false;  // listen() ran: --stdio opens no listener, and a reload opens none either
   std::string reload_problem_;  // the last reload failed: why, for STATUS=
   std::unordered_map<std::uint64_t, Live> sessions_;  // loop 0's
   std::weak_ptr<Connection> stdio_;  // --stdio: the one session

@@ -166,7 +166,8 @@ class StreamConnection final : public Connection, public std::enable_shared_from
         // After a framing fault no later byte can be trusted to start a frame: say why, then hang up.
         // A PROXY header from an address that is not a configured balancer is refused this way.
         if (in.error.find("'PROXY ") != std::string::npos)
-          in.error += " (a PROXY protocol header, from an address not in [gateway] proxy_protocol_from)";
+          in.error += " (a PROXY protocol header: the gateway reads one only on TCP connections from [gateway] "
+                      "proxy_protocol_from, and only once)";
         log::warn("{}: framing error: {}; closing the connection", name_, in.error);
         send(make_error_raw("null", protocol::kParseError,
                             fmt::format("Framing error: {}. The gateway closes the connection.", in.error)));

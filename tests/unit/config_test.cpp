@@ -1666,6 +1666,16 @@ TEST_F(ConfigTest, GlobMistakesAreNamed) {
                      {"shared", "{library}"});
   expect_one_problem("[[library]]\nname = \"Lab\"\ncommand = [\"x\"]\ndeny = [\"a\"]\n", 4, {"deny", "glob"});
   expect_one_problem("[[library]]\nname = \"Lab*\"\ncommand = [\"x\"]\ndeny = [\"../x\"]\n", 4, {"not a library name"});
+  expect_one_problem("[[library]]\nname = \"Lab*\"\ncommand = [\"x\"]\nprewarm = 1\nprewarm_import = true\n", 5,
+                     {"prewarm_import", "not known ahead"});
+  expect_one_problem("[[library]]\nname = \"Lab*\"\ncommand = [\"{library}\"]\n", 3, {"which program"});
+  expect_one_problem("[[library]]\nname = \"Lab*\"\ncommand = [\"x\"]\nenv = { N = \"{library}\" }\nprewarm = 1\n", 5,
+                     {"prewarm", "command or env"});
+  // From [defaults], what a name-dependent glob entry cannot use is ignored.
+  auto config = load("[defaults]\nprewarm = 1\nisolation = \"shared\"\n[[library]]\nname = \"Lab*\"\n"
+                     "command = [\"x\", \"{library}\"]\n");
+  EXPECT_EQ(config.libraries.at(0).prewarm, 0u);
+  EXPECT_EQ(config.libraries.at(0).isolation, rjg::config::Isolation::session);
 }
 
 TEST(GlobNames, MatchAndValidity) {
@@ -1677,7 +1687,9 @@ TEST(GlobNames, MatchAndValidity) {
   EXPECT_FALSE(glob_match("Lab*", "lab1"));
   EXPECT_TRUE(glob_match("Se*Lib*", "SeleniumLibrary"));
   EXPECT_FALSE(glob_match(std::string(40, '*') + "b", std::string(5000, 'a')));  // no blow-up
-  for (std::string_view good : {"LabPower", "Lab_2", "Selenium.Library", "_private"}) EXPECT_TRUE(valid_import_name(good)) << good;
-  for (std::string_view bad : {"", "-c", "../x", "a/b", "a..b", ".a", "a.", "1abc", "a b", "a;b", "Lab\n"})
+  for (std::string_view good : {"LabPower", "Lab_2", "Selenium.Library", "a.b_c"}) EXPECT_TRUE(valid_import_name(good)) << good;
+  for (std::string_view bad : {"", "-c", "../x", "a/b", "a..b", ".a", "a.", "1abc", "a b", "a;b", "Lab\n", "_io", "X.__main__"})
     EXPECT_FALSE(valid_import_name(bad)) << bad;
+  EXPECT_TRUE(valid_import_name(std::string(rjg::config::kMaxImportName, 'a')));
+  EXPECT_FALSE(valid_import_name(std::string(rjg::config::kMaxImportName + 1, 'a')));
 }

@@ -91,9 +91,9 @@ class PoolLease final : public Lease {
         fmt::format("the finalize of the instance of library '{}' imported ahead of time", library().label()),
         library().startup_timeout);
     if (reply.kind == Message::Kind::error_response)
-      log::warn("library {}: worker pid {} refused to finalize the instance it imported ahead of time ({}); the "
+      log::warn("library {}: worker {} refused to finalize the instance it imported ahead of time ({}); the "
                 "import with arguments goes on",
-                library().label(), pid_, reply.error_message());
+                library().label(), held()->where(), reply.error_message());
   }
 
   pid_t pid() const override { return pid_; }
@@ -133,9 +133,13 @@ class PoolLease final : public Lease {
     asio::dispatch(executor_, [pool = grant_.pool, worker, reason] { pool->retire(worker, reason); });
     asio::co_spawn(worker->executor(), stop(worker, reason), log_exceptions("keyword timeout stop"));
     throw WorkerError(protocol::kWorkerTimeout,
-                      fmt::format("Keyword '{}' of library '{}' did not finish within {}ms (keyword_timeout). Its "
-                                  "worker ({}) is stopped, and this import with it: import the library again.",
-                                  keyword, library().label(), timeout.count(), worker->where()),
+                      fmt::format("Keyword '{}' of library '{}' did not finish within {}ms (keyword_timeout). {}, "
+                                  "and this import with it: import the library again.",
+                                  keyword, library().label(), timeout.count(),
+                                  worker->is_upstream()
+                                      ? fmt::format("Its connection to the {} is closed (the server goes on)",
+                                                    worker->where())
+                                      : fmt::format("Its worker ({}) is stopped", worker->where())),
                       overran->data);
   }
 
@@ -146,7 +150,7 @@ class PoolLease final : public Lease {
       try {
         answer.emplace(co_await finalize(std::move(params), std::move(observer)));
       } catch (const WorkerError& e) {
-        log::warn("library {}: finalize in worker pid {}: {}", library().label(), pid(), e.what());
+        log::warn("library {}: finalize in worker {}: {}", library().label(), where(), e.what());
       }
     }
     co_await release("its library was finalized");
@@ -158,7 +162,11 @@ class PoolLease final : public Lease {
     // there, whose late answer is dropped). A dedicated worker is simply ended.
     // An upstream connection is a worker of its own, but the server behind it lives on: its instance is
     // finalized there before the connection closes.
-    if ((library().isolation == config::Isolation::shared || library().is_upstream()) && grant_.worker &&
+    // (Not while a keyword still runs on an upstream connection: the finalize would wait for it, holding
+    // the connection and a worker slot; closing the connection ends that instance there as well.)
+    const bool upstream_idle = library().is_upstream() && grant_.worker &&
+                               grant_.worker->state() == Worker::State::idle;
+    if ((library().isolation == config::Isolation::shared || upstream_idle) && grant_.worker &&
         grant_.worker->alive()) {
       try {
         co_await finalize(std::move(finalize_params), {});
@@ -213,8 +221,9 @@ class PoolLease final : public Lease {
 asio::awaitable<Grant> WorkerPools::acquire_named(std::shared_ptr<const config::Library> library,
                                                   bool without_arguments, asio::any_io_executor home) {
   const std::string& name = library->name;
-  // A glob entry's import carries settings of its own (the imported name in its command, say).
-  auto serving = library->imported.empty() ? nullptr : library;
+  // A glob entry's import carries settings of its own (the imported name in its command, say), made again
+  // from the pool in force each time round: a reload between two rounds changes them.
+  const std::string imported = library->imported;
   // Time spent queued for capacity (not starting a worker), observed once whatever the outcome: a
   // queue_timeout is the case that matters most.
   struct Waited {
@@ -227,6 +236,8 @@ asio::awaitable<Grant> WorkerPools::acquire_named(std::shared_ptr<const config::
     // pool() throws when a reload removed the library; an empty grant: a reload retired that pool while
     // the import waited, so it goes to the one in force now, with the time it has left.
     auto& p = pool(name);
+    std::shared_ptr<const config::Library> serving;
+    if (!imported.empty()) serving = std::make_shared<const config::Library>(config::concrete(p.library(), imported));
     if (!deadline) deadline = std::chrono::steady_clock::now() + p.library().queue_timeout;
     auto grant = co_await p.acquire(without_arguments, home, deadline, &waited.time, serving);
     if (grant.worker) {

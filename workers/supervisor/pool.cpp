@@ -112,6 +112,12 @@ LibraryPool::LibraryPool(WorkerPools& owner, std::shared_ptr<const config::Libra
 bool LibraryPool::in_backoff() const { return failures_ >= 2 && clock::now() < retry_at_; }
 
 std::string LibraryPool::backoff_message() const {
+  if (library_->is_upstream())
+    return fmt::format("Library '{}' is backing off: {} connections to its upstream {} failed or dropped in a row "
+                       "(last: {}). The next connection is tried in {}; imports fail until then. Check that the "
+                       "server runs there and is reachable from the gateway.",
+                       library_->name, failures_, library_->upstream, last_failure_,
+                       duration_text(retry_at_ - clock::now()));
   return fmt::format("Library '{}' is backing off: {} worker starts or crashes failed in a row (last: {}). The next "
                      "worker start is allowed in {}; imports that need a new worker fail until then. Check the "
                      "library's command and its log lines in the gateway's log.",
@@ -234,19 +240,30 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
                                                                    const config::Library* serving) {
   ++starting_;
   ++owner_.live_;  // reserve the capacity now, so concurrent imports cannot overshoot the caps
-  co_await owner_.begin_start(!for_prewarm);
+  const config::Library& settings = serving ? *serving : *library_;
+  // The gate on concurrent starts is for forks: an upstream connection waits for no one (and a slow one
+  // does not hold up the starts of other libraries).
+  const bool forks = !settings.is_upstream();
+  if (forks) co_await owner_.begin_start(!for_prewarm);
   std::shared_ptr<Worker> worker;
   std::optional<WorkerError> failure;
   try {
     // Started on its own loop, where it lives from now on.
-    worker = co_await run_on(home, Worker::start(home, serving ? *serving : *library_, owner_.reaper_, owner_.options_));
+    worker = co_await run_on(home, Worker::start(home, settings, owner_.reaper_, owner_.options_));
   } catch (const WorkerError& e) {
     failure = e;
   }
-  owner_.end_start();
+  if (forks) owner_.end_start();
   --starting_;
   if (failure) {
     --owner_.live_;
+    // A start that failed for one imported name (a glob entry's {library} in the command, the env or the
+    // upstream) says nothing about the entry's other names: one client's typo must not back off everyone.
+    if (settings.name_dependent) {
+      metrics_.start_failures.fetch_add(1, std::memory_order_relaxed);
+      owner_.capacity_changed();
+      throw *failure;
+    }
     record_failure(failure->what());
     metrics_.start_failures.fetch_add(1, std::memory_order_relaxed);
     owner_.capacity_changed();

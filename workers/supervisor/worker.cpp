@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -183,7 +185,12 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::connect(asio::any_io_executor e
   if (connect_error) throw fail(connect_error.message());
   boost::system::error_code ec;
   state->socket.set_option(asio::ip::tcp::no_delay(true), ec);
+  // A host that is switched off sends nothing: keepalive probes find it within about a minute (30 s idle,
+  // then 3 probes 10 s apart), so a keyword without keyword_timeout does not wait for hours.
   state->socket.set_option(asio::socket_base::keep_alive(true), ec);
+  const int fd_for_options = state->socket.native_handle();
+  for (auto [option, value] : {std::pair{TCP_KEEPIDLE, 30}, std::pair{TCP_KEEPINTVL, 10}, std::pair{TCP_KEEPCNT, 3}})
+    ::setsockopt(fd_for_options, IPPROTO_TCP, option, &value, sizeof value);
   const int fd = state->socket.release(ec);
   if (ec) throw fail(fmt::format("cannot take over the connection: {}", ec.message()));
   auto worker = make_shared_on<Worker>(executor, executor, library, fd, library.upstream, options);
@@ -232,7 +239,14 @@ asio::awaitable<void> Worker::begin(std::shared_ptr<Worker> worker) {
   } catch (const WorkerError& e) {
     failure = e;
     if (e.code == protocol::kWorkerTimeout)
-      failure.emplace(e.code, std::string(e.what()) + " (startup_timeout); it was stopped.", e.data);
+    {
+      std::string what = e.what();
+      if (what.ends_with('.')) what.pop_back();
+      failure.emplace(e.code,
+                      what + (worker->is_upstream() ? " (startup_timeout); the connection was closed."
+                                                    : " (startup_timeout); it was stopped."),
+                      e.data);
+    }
   }
   if (failure) {
     co_await worker->stop("the handshake failed", false);
@@ -276,7 +290,8 @@ asio::awaitable<Message> Worker::call(std::string_view method, std::string param
 
 std::string Worker::unavailable(const std::string& what) const {
   if (!death_.empty())
-    return fmt::format("Cannot run {}: {}. Import the library again to get a new worker.", what, death_);
+    return fmt::format("Cannot run {}: {}. Import the library again to get a new {}.", what, death_,
+                       is_upstream() ? "connection" : "worker");
   return fmt::format("Cannot run {}: {} is being stopped ({}).", what, subject_lower(), stop_reason_);
 }
 
@@ -318,8 +333,8 @@ asio::awaitable<Message> Worker::request(std::string_view method, std::string pa
     if (state_before == State::starting)
       throw WorkerError(protocol::kWorkerFailed, fmt::format("{} before answering {}.", death_, what), error_data());
     std::string message = fmt::format("{} while running {}. The library instance is lost; import the library "
-                                      "again to get a new worker.",
-                                      death_, what);
+                                      "again to get a new {}.",
+                                      death_, what, is_upstream() ? "connection" : "worker");
     if (auto tail = stderr_tail(); !tail.empty()) message += " Last lines of its stderr:\n" + tail;
     throw WorkerError(protocol::kWorkerFailed, std::move(message), error_data());
   }
@@ -515,7 +530,7 @@ json::object Worker::error_data() const {
   json::object data{{"library", library_.label()}};
   if (is_upstream()) data["upstream"] = executable_;
   else data["pid"] = pid_;
-  if (exit_status_) {
+  if (exit_status_ && !is_upstream()) {
     if (exit_status_->signaled) data["signal"] = exit_status_->signal;
     else data["exit_code"] = exit_status_->code;
   }
@@ -556,7 +571,9 @@ void Worker::on_exit(ExitStatus status) {
 asio::awaitable<void> Worker::stop(std::string reason, bool polite) {
   auto self = shared_from_this();
   if (stopping_) {
-    co_await exited_.wait();
+    // An upstream's end is its reader's, which may be parked on a slow client: bounded, as the first stop is.
+    if (is_upstream()) co_await exited_.wait_for(library_.shutdown_grace + 3s);
+    else co_await exited_.wait();
     co_return;
   }
   stopping_ = true;
