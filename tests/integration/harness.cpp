@@ -350,9 +350,12 @@ std::string make_config(std::uint16_t port, const std::vector<LibrarySpec>& libr
   for (const auto& lib : libraries) {
     out += "\n[[library]]\n";
     out += fmt::format("name = {}\n", toml_string(lib.name));
-    std::string cmd;
-    for (const auto& c : lib.command) cmd += (cmd.empty() ? "" : ", ") + toml_string(c);
-    out += fmt::format("command = [{}]\n", cmd);
+    // No command at all: the entry's extra_toml says what serves it (upstream = "tcp://...").
+    if (!lib.command.empty()) {
+      std::string cmd;
+      for (const auto& c : lib.command) cmd += (cmd.empty() ? "" : ", ") + toml_string(c);
+      out += fmt::format("command = [{}]\n", cmd);
+    }
     if (!lib.env.empty()) {
       std::string env;
       for (const auto& [k, v] : lib.env) env += (env.empty() ? "" : ", ") + k + " = " + toml_string(v);

@@ -154,7 +154,7 @@ SyscallCounts parse_strace_summary(const std::string& text);
 // One [[library]] entry of the gateway configuration.
 struct LibrarySpec {
   std::string name;
-  std::vector<std::string> command;
+  std::vector<std::string> command;  // empty: no `command =` line (an upstream entry says it in extra_toml)
   std::map<std::string, std::string> env;
   std::optional<std::string> cwd;
   std::optional<std::string> startup_timeout;
