@@ -367,7 +367,10 @@ void ClientSession::on_import_library(const Message& request, params::ImportLibr
 
 asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportLibrary params,
                                                     std::shared_ptr<const config::Library> route) {
-  const config::Library* settings = route.get();
+  // Kept alive: the route below may be replaced by the lease's settings, and a glob route's settings are
+  // owned by nothing else.
+  const std::shared_ptr<const config::Library> requested = route;
+  const config::Library* settings = requested.get();
   log::info("{}: importing library {}", name_, settings->label());
   auto& metrics = context_.metrics.library(settings->name);
   struct Outcome {

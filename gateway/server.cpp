@@ -383,21 +383,7 @@ void Server::admit_tcp(tcp::socket socket, const asio::ip::address& client_addre
     socket.close(ec);
     return;
   }
-  if (gw.max_sessions && sessions_.size() >= gw.max_sessions) {
-    context_.metrics.refuse(workers::Refusal::max_sessions);
-    refuse(std::move(socket), peer,
-           fmt::format("The gateway serves at most {} sessions at once (max_sessions) and is full; retry later.",
-                       gw.max_sessions));
-    return;
-  }
-  if (gw.max_sessions_per_client && per_client_[client] >= gw.max_sessions_per_client) {
-    context_.metrics.refuse(workers::Refusal::max_sessions_per_client);
-    refuse(std::move(socket), peer,
-           fmt::format("This client address ({}) already has {} sessions, the most allowed "
-                       "(max_sessions_per_client); close some, or retry later.",
-                       client, gw.max_sessions_per_client));
-    return;
-  }
+  if (!within_limits(socket, gw, client, peer, fmt::format("This client address ({})", client))) return;
   socket.set_option(tcp::no_delay(true), ec);
   const int fd = socket.release(ec);
   if (ec) {
@@ -425,22 +411,7 @@ asio::awaitable<void> Server::accept_unix(std::shared_ptr<unix_socket::acceptor>
     const std::string client = fmt::format("uid {}", cred.uid);
     const std::string peer = fmt::format("{} uid {} pid {}", address, cred.uid, cred.pid);
     const auto config = context_.config();
-    const auto& gw = config->gateway;
-    if (gw.max_sessions && sessions_.size() >= gw.max_sessions) {
-      context_.metrics.refuse(workers::Refusal::max_sessions);
-      refuse(std::move(socket), peer,
-             fmt::format("The gateway serves at most {} sessions at once (max_sessions) and is full; retry later.",
-                         gw.max_sessions));
-      continue;
-    }
-    if (gw.max_sessions_per_client && per_client_[client] >= gw.max_sessions_per_client) {
-      context_.metrics.refuse(workers::Refusal::max_sessions_per_client);
-      refuse(std::move(socket), peer,
-             fmt::format("This user (uid {}) already has {} sessions on this socket and others, the most allowed "
-                         "(max_sessions_per_client); close some, or retry later.",
-                         cred.uid, gw.max_sessions_per_client));
-      continue;
-    }
+    if (!within_limits(socket, config->gateway, client, peer, fmt::format("This user (uid {})", cred.uid))) continue;
     const int fd = socket.release(ec);
     if (ec) continue;
     adopt(fd, client, peer);
@@ -491,6 +462,27 @@ void Server::adopt(int fd, std::string client, std::string peer, bool is_socket,
         if (auto it = per_client_.find(client); it != per_client_.end() && --it->second == 0) per_client_.erase(it);
         if (sessions_.empty()) sessions_gone_.set();
       }));
+}
+
+template <class Socket>
+bool Server::within_limits(Socket& socket, const config::Gateway& gw, const std::string& client,
+                           const std::string& peer, std::string_view who) {
+  if (gw.max_sessions && sessions_.size() >= gw.max_sessions) {
+    context_.metrics.refuse(workers::Refusal::max_sessions);
+    refuse(std::move(socket), peer,
+           fmt::format("The gateway serves at most {} sessions at once (max_sessions) and is full; retry later.",
+                       gw.max_sessions));
+    return false;
+  }
+  if (gw.max_sessions_per_client && per_client_[client] >= gw.max_sessions_per_client) {
+    context_.metrics.refuse(workers::Refusal::max_sessions_per_client);
+    refuse(std::move(socket), peer,
+           fmt::format("{} already has {} sessions, the most allowed (max_sessions_per_client); close some, or "
+                       "retry later.",
+                       who, gw.max_sessions_per_client));
+    return false;
+  }
+  return true;
 }
 
 template <class Socket>

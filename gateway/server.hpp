@@ -97,6 +97,10 @@ class Server {
   // Answers a connection over a limit with a JSON-RPC error naming the limit, then closes it.
   template <class Socket>
   void refuse(Socket socket, std::string client, std::string message);
+  // max_sessions and max_sessions_per_client (`who`: "This client address (10.1.2.3)"); false: refused.
+  template <class Socket>
+  bool within_limits(Socket& socket, const config::Gateway& gw, const std::string& client, const std::string& peer,
+                     std::string_view who);
 
   // Threads that classify and pickle-check large frames off the event loop (see StreamConnection).
   static constexpr std::size_t kOffloadThreads = 2;
