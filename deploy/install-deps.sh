@@ -9,6 +9,7 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev   # Asio, Process v2 (headers) and JSON
   libfmt-dev                               # formatting for log lines and messages
   libtomlplusplus-dev                      # the configuration file
+  libexpat1-dev                            # XML-RPC for the classic Remote bridge (common/xmlrpc)
   libgtest-dev                             # unit and integration tests
   procps                                   # pgrep/ps for the quick start's checks
   strace                                   # counting the relay's system calls (a test and the benchmark)
