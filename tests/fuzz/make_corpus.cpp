@@ -205,6 +205,31 @@ void add_handmade_pickles(Corpus& pickles) {
   pickles.add("\x80\x04}\x94\x8c\x01" "a\x94K\x01s."s);
 }
 
+// fuzz_xmlrpc's input: a byte choosing call (1) or response (0), then the document; shapes as Python's
+// xmlrpc.client writes them, and a few hostile ones.
+void add_handmade_xmlrpc(Corpus& xmlrpc) {
+  const std::string prolog = "<?xml version='1.0'?>\n";
+  const std::string values =
+      "<value><string>a &amp; b</string></value><value><int>-7</int></value><value><i8>1099511627776</i8></value>"
+      "<value><double>2.5</double></value><value><boolean>1</boolean></value><value><base64>AP9oaQ==</base64></value>"
+      "<value><nil/></value><value><dateTime.iso8601>20240102T03:04:05</dateTime.iso8601></value><value>plain</value>"
+      "<value><struct><member><name>k</name><value><array><data><value><int>1</int></value></data></array></value>"
+      "</member></struct></value>";
+  xmlrpc.add("\x01" + prolog + "<methodCall><methodName>run_keyword</methodName><params><param><value><string>Kw"
+             "</string></value></param><param><value><array><data>" + values + "</data></array></value></param>"
+             "</params></methodCall>");
+  xmlrpc.add("\x01" + prolog + "<methodCall><methodName>get_library_information</methodName><params/></methodCall>");
+  xmlrpc.add("\x00" + prolog + "<methodResponse><params><param><value><struct><member><name>status</name><value>"
+             "<string>PASS</string></value></member><member><name>return</name><value><array><data>" + values +
+             "</data></array></value></member><member><name>output</name><value><string>*INFO* hi\n*HTML* <b>x</b>"
+             "</string></value></member></struct></value></param></params></methodResponse>");
+  xmlrpc.add("\x00" + prolog + "<methodResponse><fault><value><struct><member><name>faultCode</name><value><int>1"
+             "</int></value></member><member><name>faultString</name><value><string>No such method</string></value>"
+             "</member></struct></value></fault></methodResponse>");
+  xmlrpc.add("\x01<?xml version=\"1.0\"?><!DOCTYPE l [<!ENTITY a \"aa\"><!ENTITY b \"&a;&a;\">]>"
+             "<methodCall><methodName>&b;</methodName></methodCall>");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -214,7 +239,8 @@ int main(int argc, char** argv) {
   }
   const fs::path out(argv[1]), data(argv[2]), config_dir(argv[3]);
   Corpus frames(out / "fuzz_frame_reader"), messages(out / "fuzz_message"), configs(out / "fuzz_config"),
-      pickles(out / "fuzz_pickle");
+      pickles(out / "fuzz_pickle"), xmlrpc(out / "fuzz_xmlrpc");
+  add_handmade_xmlrpc(xmlrpc);
 
   add_handmade_frames(frames);
   add_handmade_messages(messages);
@@ -257,7 +283,7 @@ int main(int argc, char** argv) {
     for (const auto& file : files_with_extension(data / "pickles" / "benign", ".pkl")) pickles.add(read_file(file));
   }
 
-  for (const Corpus* c : {&frames, &messages, &configs, &pickles})
+  for (const Corpus* c : {&frames, &messages, &configs, &pickles, &xmlrpc})
     std::fprintf(stderr, "fuzz_make_corpus: %zu seeds in %s\n", c->size(), c->dir().c_str());
   return 0;
 }
