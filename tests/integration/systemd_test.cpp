@@ -93,6 +93,8 @@ TEST_F(SystemdTest, ReadyOnceServingStatusAsSessionsComeAndStoppingWhenTheDrainB
   auto first = socket.next(20s);
   ASSERT_TRUE(first) << "no notification at all";
   EXPECT_EQ(*first, "READY=1\nSTATUS=0 sessions, 0 workers, 0 imports waiting");
+  // The gateway logs the notification after sending it: the datagram may arrive first.
+  ASSERT_TRUE(log_eventually("systemd: told the service manager the gateway is ready")) << gateway().log();
   const auto log = gateway().log();
   const auto listening = log.find("listening on tcp://");
   const auto ready = log.find("systemd: told the service manager the gateway is ready");
