@@ -93,7 +93,11 @@ void check_tree_views(const Message& m) {
   try {
     (void)has_nonfinite(m.id());
   } catch (const std::exception& e) {
-    rjg::fuzz::invariant_failed("the id's tree view builds", std::string(e.what()) + ": " + m.text(), __FILE__, __LINE__);
+    // A number id whose exponent Boost.JSON cannot hold (84467E44073709551615) is valid JSON that the
+    // relay passes on as text; only a tree cannot hold it, as the header says of 1e400. A string id
+    // always builds.
+    if (m.id_text().starts_with('"'))
+      rjg::fuzz::invariant_failed("the id's tree view builds", std::string(e.what()) + ": " + m.text(), __FILE__, __LINE__);
   }
 }
 
