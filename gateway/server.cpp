@@ -337,7 +337,8 @@ asio::awaitable<void> Server::accept_loop(std::shared_ptr<tcp::acceptor> accepto
     auto peer = socket.remote_endpoint(ec);
     if (ec) continue;  // already gone
     // A balancer's connection starts with the PROXY header, read without holding up this loop's accepts.
-    const auto& balancers = context_.config()->gateway.proxy_protocol_from;
+    const auto config = context_.config();  // held: the networks below belong to it
+    const auto& balancers = config->gateway.proxy_protocol_from;
     if (!balancers.empty() && allowed(balancers, peer.address())) {
       asio::co_spawn(io_, admit_proxied(std::move(socket), peer, address), log_exceptions("proxied connection"));
       continue;
