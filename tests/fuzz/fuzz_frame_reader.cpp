@@ -116,8 +116,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // In chunks.
   FrameReader chunked(limits, mode);
   Outcome split;
-  std::size_t pos = 0;
-  for (std::size_t i = 0; pos < stream.size(); ++i) {
+  std::size_t pos = 0, feeds = 0;
+  for (std::size_t i = 0; pos < stream.size(); ++i, ++feeds) {
     auto n = std::min(chunks[i % chunks.size()], stream.size() - pos);
     chunked.feed(stream.substr(pos, n));
     pos += n;
@@ -136,7 +136,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   RJG_FUZZ_CHECK(split.bodies == once.bodies, "the frames depend on how the stream was split");
   RJG_FUZZ_CHECK(split.skipped == once.skipped, "the skipped bytes depend on how the stream was split");
   RJG_FUZZ_CHECK(whole.examined() <= 8 * stream.size() + 64, "work is not linear in the input (one read)");
-  RJG_FUZZ_CHECK(chunked.examined() <= 24 * stream.size() + 64, "work is not linear in the input (split reads)");
+  // An empty feed adds no bytes but next() looks again at the tail that may still become a header
+  // name ("Content-Length", "Content-Type": under 16 bytes), so each feed may cost that much.
+  RJG_FUZZ_CHECK(chunked.examined() <= 24 * stream.size() + 32 * feeds + 64,
+                 "work is not linear in the input (split reads)");
   if (mode == FrameReader::Mode::strict) {
     RJG_FUZZ_CHECK(split.skipped.empty() && once.skipped.empty(), "strict mode skipped bytes");
     if (!once.failed)
