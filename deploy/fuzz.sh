@@ -6,6 +6,8 @@
 #   deploy/fuzz.sh                          every target, 20 s each
 #   FUZZ_SECONDS=3600 deploy/fuzz.sh        an hour each
 #   deploy/fuzz.sh fuzz_pickle              one target
+#   FUZZ_STEP=build deploy/fuzz.sh          only build (deploy/test.sh builds it while the TSan tests run)
+#   FUZZ_STEP=run deploy/fuzz.sh            only run what was built
 #
 # The corpus of each target lives in BUILD/fuzz/corpus/TARGET and grows from run to run; crash inputs
 # go to BUILD/fuzz/artifacts/TARGET/. Reproduce one with: BUILD/bin/TARGET ARTIFACT
@@ -15,10 +17,14 @@ build=${BUILD_DIR:-$top/build-fuzz}
 seconds=${FUZZ_SECONDS:-20}
 data=$top/tests/data
 
-"$top/deploy/install-deps.sh"
-cmake -S "$top" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DRJG_FUZZ=ON -DRJG_BUILD_TESTS=OFF >/dev/null
-cmake --build "$build" -j"$(nproc)" --target fuzz_all
+step=${FUZZ_STEP:-all}
+if [[ $step != run ]]; then
+  "$top/deploy/install-deps.sh"
+  cmake -S "$top" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+    -DRJG_FUZZ=ON -DRJG_BUILD_TESTS=OFF >/dev/null
+  cmake --build "$build" -j"$(nproc)" --target fuzz_all
+  [[ $step == build ]] && exit 0
+fi
 
 corpus=$build/fuzz/corpus
 "$build/bin/fuzz_make_corpus" "$corpus" "$data" "$top/config"

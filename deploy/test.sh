@@ -15,18 +15,49 @@ fuzz_build=${FUZZ_BUILD_DIR:-$build-fuzz}
 fuzz_seconds=${FUZZ_SECONDS:-15}
 
 "$top/deploy/install-deps.sh"
+# Each stage's build runs while the stage before it tests, at the lowest CPU priority: the tests spend
+# much of their time waiting on processes and sockets, and take the CPU back whenever they need it. A
+# background build writes its own log, printed only when it fails. (The tests assert no timings, so
+# a busier machine cannot fail them; it only makes them take a little longer.)
+background=
+background_log=
+start_build() {  # NAME LOG COMMAND...: starts COMMAND niced in the background
+  background_name=$1 background_log=$2
+  shift 2
+  mkdir -p "$(dirname "$background_log")"
+  # Its own process group (setsid), so that an early exit can stop all of it.
+  setsid nice -n 19 "$@" >"$background_log" 2>&1 &
+  background=$!
+}
+finish_build() {  # waits for the background build; fails the run if it failed
+  [[ -z $background ]] && return 0
+  if ! wait "$background"; then
+    tail -n 80 "$background_log" >&2
+    echo "$background_name: build FAILED (log: $background_log)" >&2
+    exit 1
+  fi
+  background=
+}
+trap '[[ -n $background ]] && kill -- "-$background" 2>/dev/null; true' EXIT
+
 # Line tables (-g1) rather than full debug info: a backtrace still names file and line, and the build,
 # most of it test code, takes about a quarter less time. (deploy/build.sh alone builds with -g.)
 BUILD_DIR=$build "$top/deploy/build.sh" -DRJG_BUILD_TESTS=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+
+if [[ ${SANITIZE:-1} != 0 ]]; then
+  # -Og -g1: ASan at -O2 makes g++ about five times slower (the GoogleTest files most); -Og still
+  # inlines enough to run the integration tests quickly, and line tables are all a report needs.
+  echo "sanitizers: building the suite with ASan and UBSan into $asan_build (in the background)" >&2
+  start_build sanitizers "$asan_build.log" env BUILD_DIR="$asan_build" "$top/deploy/build.sh" -DRJG_BUILD_TESTS=ON \
+    -DRJG_BUILD_BENCH=OFF -DRJG_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-Og -g1 -D_GLIBCXX_ASSERTIONS"
+fi
 (cd "$build" && ctest --output-on-failure --timeout 300 -j2)
 
 if [[ ${SANITIZE:-1} != 0 ]]; then
-  echo "sanitizers: building the suite with ASan and UBSan into $asan_build" >&2
-  # -Og -g1: ASan at -O2 makes g++ about five times slower (the GoogleTest files most); -Og still
-  # inlines enough to run the integration tests quickly, and line tables are all a report needs.
-  BUILD_DIR=$asan_build "$top/deploy/build.sh" -DRJG_BUILD_TESTS=ON -DRJG_BUILD_BENCH=OFF -DRJG_SANITIZE=ON \
-    -DCMAKE_BUILD_TYPE=Debug \
-    "-DCMAKE_CXX_FLAGS_DEBUG=-Og -g1 -D_GLIBCXX_ASSERTIONS"
+  finish_build
+  if [[ ${TSAN:-1} != 0 ]]; then
+    start_build tsan "$tsan_build.log" env BUILD_DIR="$tsan_build" TSAN_STEP=build "$top/deploy/tsan.sh"
+  fi
   # Inherited by the gateway and the workers the integration tests start. UBSan aborts on the first
   # report (the build uses -fno-sanitize-recover=all), so undefined behaviour fails the test. The
   # quarantine of freed memory is 16 MiB instead of 256: the tests that bound the gateway's RSS
@@ -53,9 +84,20 @@ fi
 
 if [[ ${TSAN:-1} != 0 ]]; then
   # Its own build, log and summary line; it says which tests it runs shorter, and why.
-  BUILD_DIR=$tsan_build "$top/deploy/tsan.sh"
+  if [[ ${SANITIZE:-1} != 0 ]]; then
+    finish_build
+    tsan_step=run
+  else
+    tsan_step=all
+  fi
+  if [[ $fuzz_seconds != 0 ]]; then
+    start_build fuzz "$fuzz_build.log" env BUILD_DIR="$fuzz_build" FUZZ_STEP=build "$top/deploy/fuzz.sh"
+  fi
+  BUILD_DIR=$tsan_build TSAN_STEP=$tsan_step "$top/deploy/tsan.sh"
 fi
 
 if [[ $fuzz_seconds != 0 ]]; then
-  FUZZ_SECONDS=$fuzz_seconds BUILD_DIR=$fuzz_build "$top/deploy/fuzz.sh"
+  finish_build
+  FUZZ_SECONDS=$fuzz_seconds BUILD_DIR=$fuzz_build FUZZ_STEP=$([[ ${TSAN:-1} != 0 ]] && echo run || echo all) \
+    "$top/deploy/fuzz.sh"
 fi

@@ -7,6 +7,8 @@
 #   deploy/tsan.sh                      the CI subset (below)
 #   deploy/tsan.sh -R 'Offload|Soak'    only these tests (any ctest arguments replace the subset's)
 #   RJG_CHURN_SESSIONS=1000 RJG_SOAK_SECONDS=40 deploy/tsan.sh -L integration     all of it, in full
+#   TSAN_STEP=build deploy/tsan.sh      only build (deploy/test.sh builds it while the ASan tests run)
+#   TSAN_STEP=run deploy/tsan.sh        only run what was built
 #
 # Every report (a data race, a lock-order inversion, a thread leak, ...) is a file
 # BUILD/tsan-reports/report.PID, kept after the run; the script prints them.
@@ -27,12 +29,16 @@ churn_sessions=${RJG_CHURN_SESSIONS:-200}
 soak_seconds=${RJG_SOAK_SECONDS:-20}
 left_out='WriteTimeoutTest.NonReadingClientReleasesASharedWorker'
 
-"$top/deploy/install-deps.sh"
-echo "tsan: building the integration suite with ThreadSanitizer into $build" >&2
-# -O1: instrumented code at -O0 is much slower still (TSan's own advice is -O1 or more). -g1: line
-# tables, all a report needs. Only the integration tests and what they run: no unit tests, no benchmarks.
-BUILD_DIR=$build "$top/deploy/build.sh" -DRJG_BUILD_TESTS=ON -DRJG_INTEGRATION_TESTS_ONLY=ON -DRJG_TSAN=ON \
-  -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1"
+step=${TSAN_STEP:-all}
+if [[ $step != run ]]; then
+  "$top/deploy/install-deps.sh"
+  echo "tsan: building the integration suite with ThreadSanitizer into $build" >&2
+  # -O1: instrumented code at -O0 is much slower still (TSan's own advice is -O1 or more). -g1: line
+  # tables, all a report needs. Only the integration tests and what they run: no unit tests, no benchmarks.
+  BUILD_DIR=$build "$top/deploy/build.sh" -DRJG_BUILD_TESTS=ON -DRJG_INTEGRATION_TESTS_ONLY=ON -DRJG_TSAN=ON \
+    -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1"
+  [[ $step == build ]] && exit 0
+fi
 
 # GCC 12's TSan runtime expects the address layout of the kernel's default randomization (28 bits of
 # mmap entropy on x86-64). Kernels set higher (vm.mmap_rnd_bits up to 32) make it die at start with
