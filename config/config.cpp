@@ -155,7 +155,7 @@ class Loader {
       reader_.throw_problems();
     }
 
-    detail::check_keys(reader_, root, "the top level", {"gateway", "admin", "defaults", "library"});
+    detail::check_keys(reader_, root, "the top level", {"gateway", "admin", "classic", "defaults", "library"});
 
     if (auto* node = root.get("gateway")) {
       if (auto* table = reader_.expect_table(*node, "gateway", "[gateway]"))
@@ -165,7 +165,14 @@ class Loader {
     if (auto* node = root.get("admin")) {
       if (auto* table = reader_.expect_table(*node, "admin", "[admin]")) {
         detail::load_table(reader_, *table, "[admin]", "admin", detail::admin_keys(), config.admin);
-        check_admin_listen(*table, config);
+        check_http_listen(*table, "admin", "the admin endpoint", config.admin.listen, config);
+      }
+    }
+    const toml::table* classic_table = nullptr;
+    if (auto* node = root.get("classic")) {
+      if ((classic_table = reader_.expect_table(*node, "classic", "[classic]"))) {
+        detail::load_table(reader_, *classic_table, "[classic]", "classic", detail::classic_keys(), config.classic);
+        check_http_listen(*classic_table, "classic", "the classic front", config.classic.listen, config);
       }
     }
 
@@ -206,6 +213,7 @@ class Loader {
       }
       check_total_prewarm(*libraries->as_array(), config, loaded);
     }
+    if (classic_table) check_default_library(*classic_table, config);
 
     if (reader_.problem_count() > 0) reader_.throw_problems();
     return config;
@@ -311,30 +319,50 @@ class Loader {
                                   setting_key(table, prefix, "isolation"), library.name));
   }
 
-  // The admin endpoint cannot share an address with the gateway, nor both take "every other" passed socket.
-  void check_admin_listen(const toml::table& table, const Config& config) {
+  // [classic] default_library names a library the configuration serves: an exact entry, or a name a glob
+  // entry serves.
+  void check_default_library(const toml::table& table, const Config& config) {
+    const auto& name = config.classic.default_library;
+    const auto* node = table.get("default_library");
+    if (name.empty() || !node) return;
+    if (config.find_library(name)) return;
+    for (const auto& library : config.libraries)
+      if (library.is_glob() && valid_import_name(name) && glob_match(library.name, name) && !denied(library, name))
+        return;
+    std::string names;
+    for (const auto& library : config.libraries) names += (names.empty() ? "" : ", ") + library.name;
+    reader_.problem(node->source(), fmt::format("'classic.default_library' = \"{}\" is not a library of this "
+                                                "configuration; expected one of: {}",
+                                                name, names));
+  }
+
+  // The admin endpoint and the classic front listen on TCP only, and cannot share an address with the
+  // gateway (or each other), nor take the same passed socket.
+  void check_http_listen(const toml::table& table, std::string_view section, std::string_view what,
+                         const std::vector<ListenAddress>& addresses, const Config& config) {
     const auto* listen = table.get("listen");
     if (!listen || !listen->is_array()) return;
-    for (std::size_t i = 0; i < config.admin.listen.size(); ++i) {
-      const auto& admin = config.admin.listen[i];
-      if (admin.kind == ListenAddress::Kind::unix_socket) {
-        const auto* element = listen->as_array()->get(i);
-        reader_.problem(element ? element->source() : listen->source(),
-                        fmt::format("'admin.listen[{}]' = \"{}\": the admin endpoint listens on TCP only; expected "
-                                    "\"tcp://HOST:PORT\" or a systemd socket",
-                                    i, admin.text));
-      }
-      for (const auto& gateway : config.gateway.listen) {
-        const bool same = admin.kind == gateway.kind && admin.kind == ListenAddress::Kind::systemd
-                              ? admin.fd_name == gateway.fd_name
-                              : admin.kind == gateway.kind && admin.port != 0 && admin.host == gateway.host &&
-                                    admin.port == gateway.port;
-        if (!same) continue;
-        const auto* element = listen->as_array()->get(i);
-        reader_.problem(element ? element->source() : listen->source(),
-                        fmt::format("'admin.listen[{}]' = \"{}\" is also in [gateway] listen; expected the admin "
-                                    "endpoint on an address (or systemd socket name) of its own",
-                                    i, admin.text));
+    std::vector<std::pair<std::string_view, const std::vector<ListenAddress>*>> others = {{"[gateway]", &config.gateway.listen}};
+    if (section == "classic") others.emplace_back("[admin]", &config.admin.listen);
+    for (std::size_t i = 0; i < addresses.size(); ++i) {
+      const auto& mine = addresses[i];
+      const auto* element = listen->as_array()->get(i);
+      const auto where = element ? element->source() : listen->source();
+      if (mine.kind == ListenAddress::Kind::unix_socket)
+        reader_.problem(where, fmt::format("'{}.listen[{}]' = \"{}\": {} listens on TCP only; expected "
+                                           "\"tcp://HOST:PORT\" or a systemd socket",
+                                           section, i, mine.text, what));
+      for (const auto& [other_name, other] : others) {
+        for (const auto& theirs : *other) {
+          const bool same = mine.kind == theirs.kind && mine.kind == ListenAddress::Kind::systemd
+                                ? mine.fd_name == theirs.fd_name
+                                : mine.kind == theirs.kind && mine.port != 0 && mine.host == theirs.host &&
+                                      mine.port == theirs.port;
+          if (!same) continue;
+          reader_.problem(where, fmt::format("'{}.listen[{}]' = \"{}\" is also in {} listen; expected {} on an "
+                                             "address (or systemd socket name) of its own",
+                                             section, i, mine.text, other_name, what));
+        }
       }
     }
   }

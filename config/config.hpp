@@ -93,6 +93,8 @@ struct Library {
 
   PicklePolicy pickle = PicklePolicy::data_only;
   Arguments arguments = Arguments::auto_;
+  // The classic Remote front: imports of this library that classic clients share, calls spread over them.
+  std::size_t classic_instances = 1;
 
   int source_line = 0;  // where the [[library]] table starts
 
@@ -173,10 +175,20 @@ struct Admin {
   bool operator==(const Admin&) const = default;
 };
 
+// [classic]: the front for Robot Framework's classic Remote library (XML-RPC over HTTP). Off when the table
+// is absent.
+struct Classic {
+  std::vector<ListenAddress> listen;  // required in the table
+  std::string default_library;        // served at "/" and "/RPC2"; empty: the first exact library
+
+  bool operator==(const Classic&) const = default;
+};
+
 struct Config {
   std::string path;  // the file it was loaded from
   Gateway gateway;
   Admin admin;
+  Classic classic;
   std::vector<Library> libraries;
 
   const Library* find_library(std::string_view name) const;

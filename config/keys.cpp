@@ -449,6 +449,7 @@ std::string_view home_of(std::string_view name) {
   if (has(library_keys(), name)) return "each [[library]]";
   if (has(gateway_keys(), name)) return "[gateway]";
   if (has(admin_keys(), name)) return "[admin]";
+  if (has(classic_keys(), name)) return "[classic]";
   if (has(rlimit_keys(), name)) return "an rlimits table";
   return "";
 }
@@ -572,6 +573,31 @@ const std::vector<Key<Admin>>& admin_keys() {
   return keys;
 }
 
+const std::vector<Key<Classic>>& classic_keys() {
+  static const std::vector<Key<Classic>> keys = {
+      {.name = "listen",
+       .type = "array of strings",
+       .default_text = "required",
+       .range = "at least one; each at most once; TCP only",
+       .doc = "Addresses of the classic Remote front: XML-RPC over HTTP for Robot Framework's built-in `Remote` "
+              "library (`Library  Remote  http://HOST:PORT/LIBRARY`). The forms of `[gateway] listen` but "
+              "`unix:`; `[gateway]` `allow_from`, `max_sessions`, `max_sessions_per_client`, "
+              "`handshake_timeout` (to receive a request) and `max_message_bytes` apply to it.",
+       .missing = "the addresses of the classic front, such as listen = [\"tcp://127.0.0.1:8270\"]",
+       .load = load_listen<Classic>},
+      {.name = "default_library",
+       .type = "string",
+       .default_text = "the first exact library",
+       .range = "a library the configuration serves",
+       .doc = "The library served at `/` and `/RPC2` (where Python's XML-RPC client posts when the URL has no "
+              "path); any other path names the library (`/Calculator`).",
+       .load = [](Reader& reader, const toml::node& node, const std::string& key, Classic& classic) {
+         if (auto text = reader.get_string(node, key)) classic.default_library = *text;
+       }},
+  };
+  return keys;
+}
+
 const std::vector<Key<Library>>& library_keys() {
   static const std::vector<Key<Library>> keys = [] {
     // Keys of each [[library]] only.
@@ -655,6 +681,10 @@ const std::vector<Key<Library>>& library_keys() {
          .load = load_rlimits},
         choice("pickle", &Library::pickle, kPicklePolicies, "a pickle policy",
                "What passes of pickled Python values (`{\"__pickled__\": \"<hex>\"}`) to and from this library."),
+        integer("classic_instances", &Library::classic_instances, {.min = 1, .max = 64},
+                "The classic Remote front (`[classic]`): imports of the library that its classic clients share, "
+                "each in a worker of the pool; keyword calls run one at a time on each, as on a classic remote "
+                "server. More than 1 only for libraries whose instances are independent."),
         choice("arguments", &Library::arguments, kArgumentModes, "an argument mode",
                "Whether argument strings are escaped so that a worker which evaluates them as Robot Framework data "
                "(the reference Python server does) receives them exactly as sent: `auto` escapes when the worker's "

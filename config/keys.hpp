@@ -40,6 +40,7 @@ struct Key {
 // The keys of each table, in documentation order (which is also the order of "known keys are: ...").
 const std::vector<Key<Gateway>>& gateway_keys();
 const std::vector<Key<Admin>>& admin_keys();
+const std::vector<Key<Classic>>& classic_keys();
 const std::vector<Key<Library>>& library_keys();
 const std::vector<Key<ResourceLimits>>& rlimit_keys();
 

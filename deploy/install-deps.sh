@@ -20,6 +20,8 @@ packages=(
                                            # (package test), systemd-socket-activate (socket activation tests)
   prometheus                               # promtool checks /metrics (admin_test); its server is not wanted here
   haproxy                                  # two gateways behind a real HAProxy (haproxy_test); its service is not wanted
+  python3                                  # the classic Remote tests: Python's own xmlrpc.client and xmlrpc.server,
+                                           # and the pickle codec's check against CPython (nothing is installed into it)
 )
 
 packages+=("$@")

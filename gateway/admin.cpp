@@ -273,15 +273,29 @@ void Server::listen_admin(PassedSockets& passed) {
   const auto config = context_.config();
   if (config->admin.listen.empty()) return;
   heartbeat_ = std::make_unique<LoopHeartbeat>(io_, loops_);
-  admin_ = std::make_unique<AdminHttpServer>(
+  admin_ = std::make_unique<HttpServer>(
       io_, [this](std::string_view path) { return admin_page(path); }, config->admin.allow_from);
-  std::vector<std::string> named;
-  for (const auto& address : config->gateway.listen)
-    if (!address.fd_name.empty()) named.push_back(address.fd_name);
-  for (const auto& address : config->admin.listen)
-    if (!address.fd_name.empty()) named.push_back(address.fd_name);
+  const auto named = named_sockets();
   for (const auto& address : config->admin.listen)
     for (auto& listener : open_entry(address, &passed, named)) admin_->serve(listener.acceptor, listener.entry);
+}
+
+void Server::listen_classic(PassedSockets& passed) {
+  const auto config = context_.config();
+  if (config->classic.listen.empty()) return;
+  classic_ = std::make_unique<ClassicFront>(io_, context_, *config);
+  const auto named = named_sockets();
+  for (const auto& address : config->classic.listen)
+    for (auto& listener : open_entry(address, &passed, named)) classic_->serve(listener.acceptor, listener.entry);
+}
+
+std::vector<std::string> Server::named_sockets() const {
+  const auto config = context_.config();
+  std::vector<std::string> named;
+  for (const auto* listen : {&config->gateway.listen, &config->admin.listen, &config->classic.listen})
+    for (const auto& address : *listen)
+      if (!address.fd_name.empty()) named.push_back(address.fd_name);
+  return named;
 }
 
 }  // namespace rjg::gateway

@@ -1,4 +1,4 @@
-#include "gateway/admin_http.hpp"
+#include "gateway/http_server.hpp"
 
 #include "gateway/addresses.hpp"
 
@@ -39,18 +39,27 @@ namespace http = boost::beast::http;
 using tcp = asio::ip::tcp;
 
 namespace detail {
-struct AdminHttpState {
-  AdminHttpState(asio::io_context& io, HttpHandler handler, std::vector<config::Network> allow_from, AdminHttpLimits limits)
-      : io(io), handler(std::move(handler)), allow_from(std::move(allow_from)), limits(limits) {}
+struct HttpState {
+  HttpState(asio::io_context& io, std::string name, HttpHandler pages, HttpService service,
+            std::vector<config::Network> allow_from, HttpLimits limits)
+      : io(io),
+        name(std::move(name)),
+        pages(std::move(pages)),
+        service(std::move(service)),
+        allow_from(std::move(allow_from)),
+        limits(limits) {}
 
   asio::io_context& io;
-  HttpHandler handler;
+  std::string name;     // log lines: "admin: ...", "classic: ..."
+  HttpHandler pages;    // GET and HEAD; or
+  HttpService service;  // POST
   std::vector<config::Network> allow_from;
-  AdminHttpLimits limits;
+  HttpLimits limits;
   bool stopped = false;
   std::vector<std::shared_ptr<tcp::acceptor>> acceptors;
   // Every open connection, by number: stop() closes them.
   std::unordered_map<std::uint64_t, std::shared_ptr<beast::tcp_stream>> open;
+  std::unordered_map<std::string, std::size_t> per_client;  // open connections per client address
   std::uint64_t next_connection = 0;
   // max_connections was reached and said so; said again only once it was below it in between.
   bool said_full = false;
@@ -58,7 +67,7 @@ struct AdminHttpState {
 }  // namespace detail
 
 namespace {
-using State = detail::AdminHttpState;
+using State = detail::HttpState;
 
 constexpr std::string_view kServer = "robot-jsonrpc-gateway";
 constexpr std::string_view kText = "text/plain; charset=utf-8";
@@ -83,7 +92,8 @@ bool too_large(const boost::system::error_code& ec) {
 }
 
 // The answer as sent: the handler's status, type and body, and the headers every answer has.
-http::response<http::string_body> make_response(const HttpResponse& answer, unsigned version, bool close) {
+http::response<http::string_body> make_response(const HttpResponse& answer, unsigned version, bool close,
+                                                std::string_view allow) {
   http::response<http::string_body> res;
   res.version(version == 10 ? 10 : 11);
   res.result(answer.status);
@@ -91,7 +101,7 @@ http::response<http::string_body> make_response(const HttpResponse& answer, unsi
   res.set(http::field::server, kServer);
   res.set(http::field::cache_control, "no-store");
   if (!answer.content_type.empty()) res.set(http::field::content_type, answer.content_type);
-  if (answer.status == 405) res.set(http::field::allow, "GET, HEAD");
+  if (answer.status == 405) res.set(http::field::allow, allow);
   res.body() = answer.body;
   res.content_length(answer.body.size());
   if (close)
@@ -137,12 +147,20 @@ asio::awaitable<void> close_gracefully(beast::tcp_stream& stream, std::chrono::m
 // One connection: requests read, answered and written in turn, until the client ends it, a limit or an
 // error does, or stop().
 asio::awaitable<void> serve_connection(std::shared_ptr<State> state, std::uint64_t number,
-                                       std::shared_ptr<beast::tcp_stream> stream, std::string peer) {
+                                       std::shared_ptr<beast::tcp_stream> stream, std::string client, std::string peer) {
   struct Forget {
     State& state;
     std::uint64_t number;
-    ~Forget() { state.open.erase(number); }
-  } forget{*state, number};
+    std::string client;
+    ~Forget() {
+      state.open.erase(number);
+      if (auto it = state.per_client.find(client); it != state.per_client.end() && --it->second == 0)
+        state.per_client.erase(it);
+    }
+  } forget{*state, number, client};
+  const std::string_view name = state->name;
+  const bool post = static_cast<bool>(state->service);
+  const std::string_view allow = post ? "POST" : "GET, HEAD";
   const auto limits = state->limits;
   const std::size_t max = limits.max_request_bytes;
   beast::flat_buffer buffer(max);
@@ -174,63 +192,78 @@ asio::awaitable<void> serve_connection(std::shared_ptr<State> state, std::uint64
     if (state->stopped) co_return;
     if (ec) {
       if (ec == beast::error::timeout) {
-        log::debug("admin: closed the connection from {}: no whole request within {} ms", peer,
+        log::debug("{}: closed the connection from {}: no whole request within {} ms", name, peer,
                    limits.request_timeout.count());
       } else if (ec == http::error::end_of_stream) {
         // The client closed between requests: the usual end.
       } else if (ec == http::error::partial_message) {
-        log::debug("admin: the connection from {} ended in the middle of a request", peer);
+        log::debug("{}: the connection from {} ended in the middle of a request", name, peer);
       } else if (too_large(ec) || ec.category() == http::make_error_code(http::error::bad_method).category()) {
         // Said once, then closed: what follows cannot be told apart from the rest of this request.
         const bool large = too_large(ec);
-        log::debug("admin: {} from {}: {}", large ? "413 request too large" : "400 bad request", peer, ec.message());
+        log::debug("{}: {} from {}: {}", name, large ? "413 request too large" : "400 bad request", peer, ec.message());
         auto answer = large ? text(413, fmt::format("Request too large: at most {} bytes (request line, headers and "
                                                     "body).\n",
                                                     max))
                             : text(400, fmt::format("Bad request: {}.\n", ec.message()));
-        if (co_await write_response(*stream, make_response(answer, 11, true), false, limits.request_timeout) &&
+        if (co_await write_response(*stream, make_response(answer, 11, true, allow), false, limits.request_timeout) &&
             !state->stopped)
           co_await close_gracefully(*stream, limits.request_timeout);
       } else {
-        log::debug("admin: the connection from {} failed: {}", peer, ec.message());
+        log::debug("{}: the connection from {} failed: {}", name, peer, ec.message());
       }
       stream->close();
       co_return;
     }
 
-    const auto& req = parser.get();
+    auto& req = parser.get();
     ++served;
     const bool last = !req.keep_alive() ||
                       (limits.max_requests_per_connection && served >= limits.max_requests_per_connection);
     const std::string_view target(req.target().data(), req.target().size());
     const std::string_view path = target.substr(0, target.find('?'));
-    const bool head = req.method() == http::verb::head;
+    const std::string_view method(req.method_string().data(), req.method_string().size());
+    const bool head = !post && req.method() == http::verb::head;
     HttpResponse answer;
-    if (req.method() != http::verb::get && !head) {
-      answer = text(405, fmt::format("Method {} is not allowed here; use GET or HEAD.\n",
-                                     log::printable(std::string_view(req.method_string().data(), req.method_string().size()), 20)));
+    if (post ? req.method() != http::verb::post : req.method() != http::verb::get && !head) {
+      answer = text(405, fmt::format("Method {} is not allowed here; use {}.\n", log::printable(method, 20),
+                                     post ? "POST" : "GET or HEAD"));
     } else {
+      std::optional<HttpResponse> found;
+      std::string failure;
       try {
-        if (auto page = state->handler(path))
-          answer = std::move(*page);
-        else
-          answer = text(404, fmt::format("No page at {}.\n", log::printable(path, kPathShown)));
-        if (answer.status < 100 || answer.status > 999) {
-          log::error("admin: the page {} answered with status {}, which is not an HTTP status",
-                     log::printable(path, kPathShown), answer.status);
-          answer = text(500, fmt::format("Internal error: the page answered with status {}.\n", answer.status));
-        }
+        if (post) {
+          // A named request, not a temporary in the co_await expression: GCC 12 destroys such temporaries
+          // twice when the coroutine suspends inside the expression.
+          HttpRequest request{path, std::move(req.body()), peer};
+          auto answering = state->service(std::move(request));
+          found = co_await std::move(answering);
+        } else
+          found = state->pages(path);
       } catch (const std::exception& e) {
-        log::error("admin: the page {} failed: {}", log::printable(path, kPathShown), e.what());
-        answer = text(500, fmt::format("Internal error: {}\n", e.what()));
+        failure = e.what();
       } catch (...) {
-        log::error("admin: the page {} failed with an unknown exception", log::printable(path, kPathShown));
-        answer = text(500, "Internal error.\n");
+        failure = "an unknown exception";
+      }
+      if (!failure.empty()) {
+        log::error("{}: {} {} failed: {}", name, method, log::printable(path, kPathShown), failure);
+        answer = text(500, fmt::format("Internal error: {}\n", failure));
+      } else if (!found) {
+        answer = text(404, fmt::format("{} {}.\n", post ? "Nothing is served at" : "No page at",
+                                       log::printable(path, kPathShown)));
+      } else if (found->status < 100 || found->status > 999) {
+        log::error("{}: {} {} answered with status {}, which is not an HTTP status", name, method,
+                   log::printable(path, kPathShown), found->status);
+        answer = text(500, fmt::format("Internal error: the answer has status {}.\n", found->status));
+      } else {
+        answer = std::move(*found);
       }
     }
-    log::debug("admin: {} {} {} from {}: {}", std::string_view(req.method_string().data(), req.method_string().size()),
-               log::printable(path, kPathShown), req.version() == 10 ? "HTTP/1.0" : "HTTP/1.1", peer, answer.status);
-    if (!co_await write_response(*stream, make_response(answer, req.version(), last), head, limits.request_timeout) ||
+    log::debug("{}: {} {} {} from {}: {}", name, method, log::printable(path, kPathShown),
+               req.version() == 10 ? "HTTP/1.0" : "HTTP/1.1", peer, answer.status);
+    if (state->stopped ||
+        !co_await write_response(*stream, make_response(answer, req.version(), last, allow), head,
+                                 limits.request_timeout) ||
         state->stopped) {
       stream->close();
       co_return;
@@ -249,7 +282,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<State> state,
     if (state->stopped || ec == asio::error::operation_aborted || !acceptor->is_open()) break;
     if (ec) {
       // Typically out of file descriptors: back off instead of spinning on the same error.
-      log::error("admin: listener {}: accept failed: {}; retrying in 100ms", address, ec.message());
+      log::error("{}: listener {}: accept failed: {}; retrying in 100ms", state->name, address, ec.message());
       asio::steady_timer pause(state->io, 100ms);
       co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
       continue;
@@ -259,19 +292,22 @@ asio::awaitable<void> accept_loop(std::shared_ptr<State> state,
     const auto client = client_text(peer.address());
     if (!allowed(state->allow_from, peer.address())) {
       // Nothing is said to an address that may not connect at all.
-      log::warn("admin: refused a connection from {}: not in [admin] allow_from", client);
+      log::warn("{}: refused a connection from {}: not in allow_from", state->name, client);
       socket.close(ec);
       continue;
     }
     const auto most = state->limits.max_connections;
-    if (most && state->open.size() >= most) {
+    const auto most_per_client = state->limits.max_connections_per_client;
+    const bool full = most && state->open.size() >= most;
+    if (full || (most_per_client && state->per_client[client] >= most_per_client)) {
+      const auto why = full ? fmt::format("{} connections are open, the most allowed", most)
+                            : fmt::format("{} connections from this address are open, the most allowed", most_per_client);
       if (!state->said_full)
-        log::warn("admin: refused a connection from {}: {} admin connections are open, the most allowed; closing "
-                  "new ones until one ends",
-                  client, most);
+        log::warn("{}: refused a connection from {}: {}; closing new ones until one ends", state->name, client, why);
       else
-        log::debug("admin: refused a connection from {}: {} admin connections are open", client, most);
+        log::debug("{}: refused a connection from {}: {}", state->name, client, why);
       state->said_full = true;
+      if (state->per_client[client] == 0) state->per_client.erase(client);
       socket.close(ec);
       continue;
     }
@@ -279,35 +315,42 @@ asio::awaitable<void> accept_loop(std::shared_ptr<State> state,
     const auto number = state->next_connection++;
     auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
     state->open.emplace(number, stream);
+    ++state->per_client[client];
     auto name = fmt::format("{}:{}", client, peer.port());
-    asio::co_spawn(state->io, serve_connection(state, number, std::move(stream), name),
-                   log_exceptions("admin connection " + name));
+    asio::co_spawn(state->io, serve_connection(state, number, std::move(stream), client, name),
+                   log_exceptions(state->name + " connection " + name));
   }
   std::erase(state->acceptors, acceptor);
 }
 }  // namespace
 
-AdminHttpServer::AdminHttpServer(asio::io_context& io, HttpHandler handler, std::vector<config::Network> allow_from,
-                                 AdminHttpLimits limits)
-    : state_(std::make_shared<detail::AdminHttpState>(io, std::move(handler), std::move(allow_from), limits)) {}
+HttpServer::HttpServer(asio::io_context& io, HttpHandler handler, std::vector<config::Network> allow_from,
+                       HttpLimits limits)
+    : state_(std::make_shared<detail::HttpState>(io, "admin", std::move(handler), nullptr, std::move(allow_from),
+                                                 limits)) {}
 
-AdminHttpServer::~AdminHttpServer() { stop(); }
+HttpServer::HttpServer(asio::io_context& io, std::string name, HttpService service,
+                       std::vector<config::Network> allow_from, HttpLimits limits)
+    : state_(std::make_shared<detail::HttpState>(io, std::move(name), nullptr, std::move(service),
+                                                 std::move(allow_from), limits)) {}
 
-void AdminHttpServer::serve(std::shared_ptr<tcp::acceptor> acceptor, std::string entry) {
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::serve(std::shared_ptr<tcp::acceptor> acceptor, std::string entry) {
   boost::system::error_code ec;
   const auto bound = acceptor->local_endpoint(ec);
   if (state_->stopped) {
-    log::warn("admin: not serving {} ({}): the admin server has stopped", endpoint_text(bound), entry);
+    log::warn("{}: not serving {} ({}): the server has stopped", state_->name, endpoint_text(bound), entry);
     acceptor->close(ec);
     return;
   }
-  log::info("admin: serving HTTP on {} ({})", endpoint_text(bound), entry);
+  log::info("{}: serving HTTP on {} ({})", state_->name, endpoint_text(bound), entry);
   state_->acceptors.push_back(acceptor);
   asio::co_spawn(state_->io, accept_loop(state_, std::move(acceptor), fmt::format("{} ({})", endpoint_text(bound), entry)),
-                 log_exceptions("admin listener " + entry));
+                 log_exceptions(state_->name + " listener " + entry));
 }
 
-void AdminHttpServer::stop() {
+void HttpServer::stop() {
   if (!state_) return;
   state_->stopped = true;
   boost::system::error_code ignored;
@@ -319,10 +362,12 @@ void AdminHttpServer::stop() {
   for (auto& [number, stream] : open) stream->close();
 }
 
-std::size_t AdminHttpServer::connections() const { return state_->open.size(); }
+std::size_t HttpServer::connections() const { return state_->open.size(); }
 
-void AdminHttpServer::set_allow_from(std::vector<config::Network> allow_from) {
+void HttpServer::set_allow_from(std::vector<config::Network> allow_from) {
   state_->allow_from = std::move(allow_from);
 }
+
+void HttpServer::set_limits(HttpLimits limits) { state_->limits = limits; }
 
 }  // namespace rjg::gateway

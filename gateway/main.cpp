@@ -163,7 +163,10 @@ int run(const std::string& path, bool stdio = false) {
   try {
     // The admin endpoint first: once the client port accepts, /readyz and /livez answer too.
     server.listen_admin(passed);
-    if (!stdio) server.listen(passed);
+    if (!stdio) {
+      server.listen_classic(passed);
+      server.listen(passed);
+    }
     passed.close_untaken();
   } catch (const std::exception& e) {
     rjg::log::error("{}", e.what());

@@ -54,12 +54,8 @@ Server::Server(asio::io_context& io, const config::Config& config, std::string v
 void Server::listen(PassedSockets& passed, const std::vector<std::string>& named_elsewhere) {
   listening_ = true;
   const auto config = context_.config();
-  // Names that "systemd:NAME" entries take, so that a bare "systemd" leaves those sockets to them.
   std::vector<std::string> named = named_elsewhere;
-  for (const auto& address : config->gateway.listen)
-    if (!address.fd_name.empty()) named.push_back(address.fd_name);
-  for (const auto& address : config->admin.listen)
-    if (!address.fd_name.empty()) named.push_back(address.fd_name);
+  for (auto& name : named_sockets()) named.push_back(std::move(name));
   for (const auto& address : config->gateway.listen)
     for (auto& listener : open_entry(address, &passed, named)) listeners_.push_back(std::move(listener));
 }
@@ -297,12 +293,17 @@ bool Server::reload(const std::string& path) {
     listeners_.push_back(std::move(listener));
   }
 
-  // [admin]: who may connect applies to new connections; its addresses need a restart.
+  // [admin] and [classic]: who may connect applies to new connections; their addresses need a restart.
   if (next->admin.listen != before->admin.listen) {
     notes.push_back("[admin] listen changed: that needs a restart; the admin endpoint stays where it is");
     next->admin.listen = before->admin.listen;
   }
   if (admin_) admin_->set_allow_from(next->admin.allow_from);
+  if (next->classic.listen != before->classic.listen) {
+    notes.push_back("[classic] listen changed: that needs a restart; the classic front stays where it is");
+    next->classic.listen = before->classic.listen;
+  }
+  if (classic_) classic_->reconfigure(*next);
   for (const auto& note : notes) log::warn("reload: {}", note);
 
   // Everything else: from now on.
@@ -528,6 +529,9 @@ asio::awaitable<void> Server::shutdown(std::function<void()> drain_begun) {
     sessions_gone_.reset();
     if (!co_await sessions_gone_.wait_until(deadline)) break;
   }
+  if (classic_ && !co_await classic_->drain(deadline))
+    log::warn("draining: {} classic Remote calls still running after drain_timeout; ending them",
+              classic_->calls_running());
   std::string why;
   if (!sessions_.empty()) {
     why = fmt::format("the gateway is shutting down and its drain_timeout ({}s) has passed", drain.count() / 1000.0);
@@ -545,7 +549,9 @@ asio::awaitable<void> Server::shutdown(std::function<void()> drain_begun) {
       if (auto s = weak.lock()) s->close(why);
     });
   for (auto& session : live) co_await run_on(session.loop, closed(session.connection));
-  // Ends every worker left: prewarmed and shared ones.
+  // The classic front's imports end (what still runs there fails), then every worker left: prewarmed and
+  // shared ones.
+  if (classic_) co_await classic_->shutdown();
   co_await context_.pools.shutdown();
   if (admin_) admin_->stop();
   log::info("shutdown complete");

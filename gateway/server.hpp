@@ -3,7 +3,8 @@
 
 #include "common/runtime/async_event.hpp"
 #include "gateway/context.hpp"
-#include "gateway/admin_http.hpp"
+#include "gateway/classic.hpp"
+#include "gateway/http_server.hpp"
 #include "gateway/connection.hpp"
 #include "gateway/heartbeat.hpp"
 
@@ -65,6 +66,8 @@ class Server {
   void set_ready() { ready_ = true; }
   // The admin listeners of the configuration: opened like [gateway] listen (systemd: NAME too).
   void listen_admin(PassedSockets& passed);
+  // The classic Remote front's listeners ([classic] listen), likewise.
+  void listen_classic(PassedSockets& passed);
 
  private:
   using unix_socket = asio::local::stream_protocol;
@@ -131,7 +134,10 @@ class Server {
   bool ready_ = false;
   const std::chrono::system_clock::time_point started_at_ = std::chrono::system_clock::now();
   const std::chrono::steady_clock::time_point started_steady_ = std::chrono::steady_clock::now();
-  std::unique_ptr<AdminHttpServer> admin_;
+  std::unique_ptr<HttpServer> admin_;
+  std::unique_ptr<ClassicFront> classic_;
+  // The names "systemd:NAME" entries take, in every section: a bare "systemd" leaves those sockets to them.
+  std::vector<std::string> named_sockets() const;
   std::unique_ptr<LoopHeartbeat> heartbeat_;
 
   std::string metrics_text() const;

@@ -347,6 +347,7 @@ std::string make_config(std::uint16_t port, const std::vector<LibrarySpec>& libr
   if (const char* threads = std::getenv("RJG_TEST_GATEWAY_THREADS");
       threads && *threads && options.extra_gateway_toml.find("threads") == std::string::npos)
     out += fmt::format("threads = {}\n", threads);
+  if (!options.extra_toml.empty()) out += "\n" + options.extra_toml + (options.extra_toml.ends_with('\n') ? "" : "\n");
   for (const auto& lib : libraries) {
     out += "\n[[library]]\n";
     out += fmt::format("name = {}\n", toml_string(lib.name));

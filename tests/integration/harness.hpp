@@ -171,6 +171,7 @@ struct GatewayOptions {
   std::string log_level = "debug";
   std::string drain_timeout = "10s";
   std::string extra_gateway_toml;  // appended inside [gateway]
+  std::string extra_toml;          // tables of their own ([classic], [admin]), after [gateway]
   std::map<std::string, std::string> env;  // added to (or replacing in) the gateway process's environment
   // Instead of ["tcp://127.0.0.1:PORT"]; "{port}" in an entry is the port start() picked.
   std::vector<std::string> listen;

@@ -234,7 +234,7 @@ command = ["a"]
 environment = { A = "1" }
 )");
   ASSERT_EQ(found.size(), 4u) << ::testing::PrintToString(found);
-  expect_problem(found[0], 1, {"gatway", "did you mean 'gateway'", "gateway, admin, defaults, library"});
+  expect_problem(found[0], 1, {"gatway", "did you mean 'gateway'", "gateway, admin, classic, defaults, library"});
   expect_problem(found[1], 5, {"log_levl", "log_level", "[gateway]"});
   expect_problem(found[2], 8, {"startup", "[defaults]", "did you mean 'startup_timeout'", "startup_timeout, shutdown_grace"});
   expect_problem(found[3], 13, {"environment", "[[library]]"});

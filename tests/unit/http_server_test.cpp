@@ -3,7 +3,7 @@
 // query string, 404/405/500, the size limit (413, then closed), malformed requests (400, then closed),
 // keep-alive and its limit, HTTP/1.0, allow_from (closed without a word), the request timeout, the limit on
 // connections, and stop().
-#include "gateway/admin_http.hpp"
+#include "gateway/http_server.hpp"
 
 #include "config/network.hpp"
 
@@ -41,8 +41,8 @@ namespace {
 
 using namespace rjg;
 using namespace std::chrono_literals;
-using rjg::gateway::AdminHttpLimits;
-using rjg::gateway::AdminHttpServer;
+using rjg::gateway::HttpLimits;
+using rjg::gateway::HttpServer;
 using rjg::gateway::HttpResponse;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
@@ -184,7 +184,7 @@ config::Network network(std::string_view text) {
 class AdminHttp : public ::testing::Test {
  protected:
   // Starts a server on 127.0.0.1 (a free port) and the loop's thread.
-  void start(AdminHttpLimits limits = {}, std::vector<config::Network> allow_from = {}) {
+  void start(HttpLimits limits = {}, std::vector<config::Network> allow_from = {}) {
     server_.emplace(io_, [this](std::string_view path) { return page(path); }, std::move(allow_from), limits);
     auto acceptor = std::make_shared<tcp::acceptor>(io_, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
     port_ = acceptor->local_endpoint().port();
@@ -237,7 +237,7 @@ class AdminHttp : public ::testing::Test {
 
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io_);
-  std::optional<AdminHttpServer> server_;
+  std::optional<HttpServer> server_;
   std::thread thread_;
   unsigned short port_ = 0;
   std::vector<std::string> paths_;  // on the loop
@@ -389,7 +389,7 @@ TEST_F(AdminHttp, AnOversizedHeaderIs413ThenClosed) {
 
 // The limit is the whole request: line and headers, and the body.
 TEST_F(AdminHttp, TheSizeLimitCoversTheWholeRequest) {
-  AdminHttpLimits limits;
+  HttpLimits limits;
   limits.max_request_bytes = 1024;
   start(limits);
   auto padded = [](std::size_t size, std::string_view extra_headers) {
@@ -491,7 +491,7 @@ TEST_F(AdminHttp, KeepAliveAnswersEveryRequestOnOneConnection) {
 }
 
 TEST_F(AdminHttp, TheLastRequestAllowedOnAConnectionIsAnsweredWithClose) {
-  AdminHttpLimits limits;
+  HttpLimits limits;
   limits.max_requests_per_connection = 2;
   start(limits);
   Client c(port_);
@@ -615,7 +615,7 @@ TEST_F(AdminHttp, AnIpv4MappedPeerCountsAsIpv4) {
 }
 
 TEST_F(AdminHttp, HalfARequestIsClosedAfterTheTimeout) {
-  AdminHttpLimits limits;
+  HttpLimits limits;
   limits.request_timeout = 200ms;
   start(limits);
   Client c(port_);
@@ -634,7 +634,7 @@ TEST_F(AdminHttp, HalfARequestIsClosedAfterTheTimeout) {
 }
 
 TEST_F(AdminHttp, ConnectionsOverTheLimitAreClosedAtAccept) {
-  AdminHttpLimits limits;
+  HttpLimits limits;
   limits.max_connections = 2;
   start(limits);
   auto a = std::make_unique<Client>(port_);

@@ -1,0 +1,656 @@
+#include "gateway/classic.hpp"
+
+#include "common/log.hpp"
+#include "common/protocol/json_text.hpp"
+#include "common/protocol/protocol.hpp"
+#include "common/runtime/async_event.hpp"
+#include "common/xmlrpc/xmlrpc.hpp"
+#include "gateway/classic_values.hpp"
+#include "gateway/client_session.hpp"
+#include "gateway/connection.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <fmt/format.h>
+
+#include <deque>
+#include <unordered_map>
+
+namespace rjg::gateway {
+using namespace std::chrono_literals;
+namespace protocol = rjg::protocol;
+
+namespace classic {
+namespace {
+// A call that cannot be answered with a keyword result: answered with an XML-RPC fault carrying the text.
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Codes after which an import is not usable any more: its worker died, overran keyword_timeout, or is gone.
+bool import_lost(int code) {
+  return code == protocol::kWorkerFailed || code == protocol::kWorkerTimeout || code == protocol::kUnknownToken ||
+         code == protocol::kShuttingDown;
+}
+
+std::string json_string(std::string_view text) { return json::serialize(json::value(json::string(text))); }
+
+// One robot/log as Robot's classic output has it: a *LEVEL* marker at the start of a line (the level Robot
+// gives stdout lines without one is INFO). HTML messages keep *HTML*.
+std::string output_line(const json::value& params) {
+  const auto* p = params.if_object();
+  if (!p) return {};
+  std::string message, level = "INFO";
+  if (auto* m = p->if_contains("message"); m && m->is_string()) message = m->get_string();
+  if (auto* l = p->if_contains("level"); l && l->is_string()) level = l->get_string();
+  const bool html = [&] {
+    auto* h = p->if_contains("html");
+    return h && h->is_bool() && h->get_bool();
+  }();
+  if (html) level = "HTML";
+  static constexpr std::string_view kLevels[] = {"TRACE", "DEBUG", "INFO", "WARN", "ERROR", "HTML", "CONSOLE"};
+  if (std::find(std::begin(kLevels), std::end(kLevels), level) == std::end(kLevels)) level = "INFO";
+  return fmt::format("*{}* {}\n", level, message);
+}
+
+// Robot shows an exception's type before its message unless the type is a generic one.
+std::string error_message(const std::string& message, const std::string& type) {
+  static constexpr std::string_view kGeneric[] = {"",     "AssertionError", "AssertionFailedError", "Exception",
+                                                  "Error", "RuntimeError",   "RuntimeException"};
+  if (std::find(std::begin(kGeneric), std::end(kGeneric), type) != std::end(kGeneric)) return message;
+  return message.empty() ? type : fmt::format("{}: {}", type, message);
+}
+
+std::string string_member(const json::object& o, std::string_view key) {
+  if (auto* v = o.if_contains(key); v && v->is_string()) return std::string(v->get_string());
+  return {};
+}
+
+// What a keyword call returns to the classic client.
+struct KeywordAnswer {
+  std::optional<std::string> failure;  // the gateway could not run it (a JSON-RPC error): why
+  std::string result_text;             // otherwise, the RunKeywordResult
+  std::string output;
+};
+
+// One import of the library, held by an in-process client session: the front talks JSON-RPC to it, and
+// it answers through this Connection.
+class Instance final : public Connection, public std::enable_shared_from_this<Instance> {
+ public:
+  Instance(GatewayContext& context, asio::any_io_executor executor, std::string library, std::string name)
+      : context_(context), executor_(std::move(executor)), library_(std::move(library)), name_(std::move(name)) {}
+
+  const std::string& name() const override { return name_; }
+  void send(std::string json_text) override {
+    auto classified = parse_message(json_text);
+    auto* message = std::get_if<Message>(&classified);
+    if (!message) {
+      log::error("bug: {}: the session sent a message that is not one: {}", name_, std::get<ProtocolError>(classified).message);
+      return;
+    }
+    if (message->kind == Message::Kind::notification) {
+      if (message->method() != protocol::kLog) return;
+      if (output_) *output_ += output_line(message->params());
+      else log::debug("{}: a log outside a keyword call was dropped", name_);
+      return;
+    }
+    auto id = message->id();
+    if (!id.is_int64()) return;
+    if (auto it = pending_.find(id.get_int64()); it != pending_.end()) {
+      it->second->answer.emplace(std::move(*message));
+      it->second->done.set();
+    }
+  }
+  asio::awaitable<void> wait_for_room() override { co_return; }  // logs are collected in memory, bounded below
+  void session_idle() override {}
+  void close(std::string) override { closing_ = true; }
+  bool closing() const override { return closing_; }
+  asio::awaitable<void> wait_closed() override { co_return; }
+
+  bool imported() const { return !token_.empty(); }
+  const json::value& definition() const { return definition_; }
+
+  // Imports the library unless this instance holds an import. Throws Failure.
+  asio::awaitable<void> ensure_imported() {
+    if (imported()) co_return;
+    if (!session_) {
+      closing_ = false;
+      session_ = std::make_shared<ClientSession>(context_, context_.config(), context_.pools, weak_from_this(), name_,
+                                                 executor_);
+      auto init = co_await request(protocol::kInitialize,
+                                   R"({"client_info": {"name": "robot-jsonrpc-gateway classic front"}})");
+      if (init.kind != Message::Kind::response) throw Failure(init.error_message());
+      notify(protocol::kInitialized, "{}");
+    }
+    auto answer = co_await request(protocol::kImportLibrary, fmt::format(R"({{"name": {}}})", json_string(library_)));
+    if (answer.kind != Message::Kind::response) throw Failure(answer.error_message());
+    auto result = answer.result();
+    const auto* token = result.is_object() ? result.as_object().if_contains("token") : nullptr;
+    if (!token || !token->is_string()) throw Failure("the import answered without a token");
+    token_ = token->get_string();
+    if (auto* definition = result.as_object().if_contains("definition")) definition_ = *definition;
+    log::info("{}: imported library {} for classic clients", name_, library_);
+  }
+
+  // robot/run_keyword on this instance's import; args and kwargs are JSON texts.
+  asio::awaitable<KeywordAnswer> run(const std::string& keyword, const std::string& args, const std::string& kwargs,
+                                     std::size_t max_output) {
+    co_await ensure_imported();
+    log::debug("{}: running keyword '{}'", name_, log::printable(keyword, 200));
+    KeywordAnswer out;
+    output_ = &out.output;
+    struct Stop {
+      std::string*& output;
+      ~Stop() { output = nullptr; }
+    } stop{output_};
+    auto answer = co_await request(protocol::kRunKeyword,
+                                   fmt::format(R"({{"library_token": {}, "name": {}, "args": {}, "kwargs": {}}})",
+                                               json_string(token_), json_string(keyword), args, kwargs));
+    if (out.output.size() > max_output) {
+      out.output.resize(max_output);
+      out.output += "\n*WARN* robot-jsonrpc-gateway: the rest of this keyword's log was cut off ([gateway] "
+                    "max_message_bytes)\n";
+    }
+    if (answer.kind == Message::Kind::response) {
+      out.result_text = answer.result_text();
+      co_return out;
+    }
+    out.failure = answer.error_message();
+    if (import_lost(answer.error_code())) co_await drop("its worker was lost: " + answer.error_message());
+    co_return out;
+  }
+
+  // Ends the session and its import (a shared worker finalizes it, a dedicated one stops).
+  asio::awaitable<void> drop(std::string why) {
+    token_.clear();
+    if (auto session = std::move(session_)) {
+      session_.reset();
+      co_await session->end(why);
+    }
+  }
+
+ private:
+  void notify(std::string_view method, std::string_view params) {
+    auto text = make_notification_raw(method, params);
+    auto classified = parse_message(text);
+    session_->handle(std::get<Message>(classified));
+  }
+
+  asio::awaitable<Message> request(std::string_view method, std::string params) {
+    const auto id = next_id_++;
+    auto classified = parse_message(make_request_raw(std::to_string(id), method, params));
+    auto* message = std::get_if<Message>(&classified);
+    if (!message) throw std::logic_error("classic front: made an invalid request: " + std::get<ProtocolError>(classified).message);
+    auto pending = std::make_shared<Pending>(executor_);
+    pending_[id] = pending;
+    struct Forget {
+      Instance& self;
+      std::uint64_t id;
+      ~Forget() { self.pending_.erase(id); }
+    } forget{*this, id};
+    auto session = session_;  // kept for the call: a drop() meanwhile does not end it under us
+    session->handle(*message);
+    co_await pending->done.wait();
+    co_return std::move(*pending->answer);
+  }
+
+  struct Pending {
+    explicit Pending(asio::any_io_executor executor) : done(std::move(executor)) {}
+    std::optional<Message> answer;
+    AsyncEvent done;
+  };
+
+  GatewayContext& context_;
+  asio::any_io_executor executor_;
+  const std::string library_;
+  const std::string name_;
+  std::shared_ptr<ClientSession> session_;
+  std::string token_;
+  json::value definition_;
+  std::uint64_t next_id_ = 1;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Pending>> pending_;
+  std::string* output_ = nullptr;  // the running keyword's output
+  bool closing_ = false;
+};
+}  // namespace
+
+// A library as classic clients see it: its imports, and the calls waiting for one.
+class Library {
+ public:
+  Library(GatewayContext& context, asio::any_io_executor executor, std::string name)
+      : context_(context), executor_(std::move(executor)), name_(std::move(name)) {}
+
+  const std::string& name() const { return name_; }
+
+  // An idle instance, taken in arrival order; `wanted`: classic_instances now. Throws Failure when too many
+  // calls wait already.
+  asio::awaitable<std::shared_ptr<Instance>> take(std::size_t wanted, std::size_t max_waiting) {
+    while (instances_.size() < wanted) {
+      const auto n = instances_.size() + 1;
+      instances_.push_back(std::make_shared<Instance>(
+          context_, executor_, name_, wanted > 1 ? fmt::format("classic {} #{}", name_, n) : "classic " + name_));
+      idle_.push_back(instances_.back());
+    }
+    if (idle_.empty() || !waiting_.empty()) {
+      if (waiting_.size() >= max_waiting)
+        throw Failure(fmt::format("Library '{}' is busy: {} keyword calls of classic clients already wait for its "
+                                  "{} instance(s) ([gateway] max_pending_requests = {}). Try again later, or raise "
+                                  "classic_instances for this library.",
+                                  name_, waiting_.size(), instances_.size(), max_waiting));
+      auto waiter = std::make_shared<Waiter>(executor_);
+      waiting_.push_back(waiter);
+      co_await waiter->ready.wait();
+      co_return std::move(waiter->instance);
+    }
+    auto instance = std::move(idle_.front());
+    idle_.pop_front();
+    co_return instance;
+  }
+  // Gives an instance back: to the call that waited longest, or to the idle ones.
+  void give_back(std::shared_ptr<Instance> instance) {
+    if (!waiting_.empty()) {
+      auto waiter = std::move(waiting_.front());
+      waiting_.pop_front();
+      waiter->instance = std::move(instance);
+      waiter->ready.set();
+      return;
+    }
+    idle_.push_back(std::move(instance));
+  }
+
+  // The library definition of any import made (the same library gives the same one).
+  const json::value* definition() const {
+    for (const auto& instance : instances_)
+      if (instance->imported()) return &instance->definition();
+    return remembered_.is_null() ? nullptr : &remembered_;
+  }
+  void remember(const json::value& definition) { remembered_ = definition; }
+
+  asio::awaitable<void> shutdown() {
+    for (auto& instance : instances_) co_await instance->drop("the gateway is stopping");
+  }
+
+ private:
+  struct Waiter {
+    explicit Waiter(asio::any_io_executor executor) : ready(std::move(executor)) {}
+    AsyncEvent ready;
+    std::shared_ptr<Instance> instance;
+  };
+
+  GatewayContext& context_;
+  asio::any_io_executor executor_;
+  const std::string name_;
+  std::vector<std::shared_ptr<Instance>> instances_;
+  std::deque<std::shared_ptr<Instance>> idle_;
+  std::deque<std::shared_ptr<Waiter>> waiting_;
+  json::value remembered_;
+};
+
+namespace {
+// ---- Library information from the library definition ----
+
+// The objects of the array `key` of an object (a definition's keywords, a keyword's args); f returns
+// false to stop.
+template <class F>
+void each_object(const json::object* o, std::string_view key, F&& f) {
+  const auto* list = o ? o->if_contains(key) : nullptr;
+  if (!list || !list->is_array()) return;
+  for (const auto& item : list->get_array())
+    if (item.is_object() && !f(item.get_object())) return;
+}
+
+const json::object* keyword_of(const json::value& definition, std::string_view name) {
+  const json::object* found = nullptr;
+  each_object(definition.if_object(), "keywords", [&](const json::object& k) {
+    if (string_member(k, "name") == name) found = &k;
+    return !found;
+  });
+  return found;
+}
+
+// The classic argument spec: "a", "b=default", "*varargs", "**kwargs", and the markers "*" and "/".
+xmlrpc::Value argument_spec(const json::object& keyword) {
+  xmlrpc::Array spec;
+  each_object(&keyword, "args", [&](const json::object& arg) {
+    const auto name = string_member(arg, "name");
+    const auto kind = string_member(arg, "kind");
+    if (kind == "POSITIONAL_ONLY_MARKER") spec.emplace_back("/");
+    else if (kind == "NAMED_ONLY_MARKER") spec.emplace_back("*");
+    else if (kind == "VAR_POSITIONAL") spec.emplace_back("*" + name);
+    else if (kind == "VAR_NAMED") spec.emplace_back("**" + name);
+    else {
+      const auto* has_default = arg.if_contains("has_default");
+      if (has_default && has_default->is_bool() && has_default->get_bool()) {
+        std::string text;
+        try {
+          const auto* d = arg.if_contains("default");
+          text = classic::default_text(classic::from_json(d ? json::serialize(*d) : "null", "default"));
+        } catch (const classic::ValueError&) {
+          text = "<not shown: a value outside the data-only subset>";
+        }
+        spec.emplace_back(fmt::format("{}={}", name, text));
+      } else {
+        spec.emplace_back(name);
+      }
+    }
+    return true;
+  });
+  return spec;
+}
+
+xmlrpc::Value argument_types(const json::object& keyword) {
+  xmlrpc::Struct types;
+  each_object(&keyword, "args", [&](const json::object& arg) {
+    auto type = string_member(arg, "type");
+    auto name = string_member(arg, "name");
+    if (!type.empty() && !name.empty()) types.emplace_back(std::move(name), std::move(type));
+    return true;
+  });
+  return types;
+}
+
+xmlrpc::Value keyword_tags(const json::object& keyword) {
+  xmlrpc::Array tags;
+  if (const auto* t = keyword.if_contains("tags"); t && t->is_array())
+    for (const auto& tag : t->get_array())
+      if (tag.is_string()) tags.emplace_back(std::string(tag.get_string()));
+  return tags;
+}
+
+std::string library_doc(const json::value& definition) {
+  const auto* d = definition.if_object();
+  return d ? string_member(*d, "doc") : std::string();
+}
+
+xmlrpc::Value library_information(const json::value& definition) {
+  xmlrpc::Struct info;
+  each_object(definition.if_object(), "keywords", [&](const json::object& kw) {
+    info.emplace_back(string_member(kw, "name"), xmlrpc::Struct{{"args", argument_spec(kw)},
+                                                                {"types", argument_types(kw)},
+                                                                {"tags", keyword_tags(kw)},
+                                                                {"doc", string_member(kw, "doc")}});
+    return true;
+  });
+  info.emplace_back("__intro__", xmlrpc::Struct{{"doc", library_doc(definition)}});
+  info.emplace_back("__init__", xmlrpc::Struct{{"doc", std::string()}});
+  return info;
+}
+
+// ---- Answers ----
+
+HttpResponse xml(std::string body) { return HttpResponse{200, "text/xml", std::move(body)}; }
+HttpResponse fault(std::string_view message) { return xml(xmlrpc::write_fault(1, message)); }
+
+// The struct Robot's Remote reads: status, return, output, error, traceback, continuable, fatal.
+xmlrpc::Value keyword_result(const KeywordAnswer& answer, const std::string& library, const std::string& keyword,
+                             std::size_t max_depth) {
+  xmlrpc::Struct r;
+  auto failed = [&](std::string error, std::string traceback = {}, bool continuable = false, bool fatal = false) {
+    return xmlrpc::Struct{{"status", "FAIL"},           {"return", ""},
+                          {"output", answer.output},     {"error", std::move(error)},
+                          {"traceback", std::move(traceback)}, {"continuable", continuable},
+                          {"fatal", fatal}};
+  };
+  if (answer.failure) return failed(*answer.failure);
+  // Read without a tree: a result may hold NaN or integers beyond 64 bits (see classic::from_json).
+  const std::string_view text = answer.result_text;
+  const auto members = jsontext::members(text);
+  if (const auto* error = jsontext::find(members, "error"); error && error->kind == jsontext::Kind::object) {
+    const auto error_text = error->value.of(text);
+    const auto fields = jsontext::members(error_text);
+    auto field = [&](std::string_view key) {
+      const auto* m = jsontext::find(fields, key);
+      return m && m->kind == jsontext::Kind::string ? jsontext::decode_string(m->value.of(error_text)) : std::string();
+    };
+    const auto mode = field("mode");
+    return failed(error_message(field("message"), field("type")), field("traceback"), mode == "CONTINUABLE",
+                  mode == "FATAL");
+  }
+  xmlrpc::Value value{std::string()};
+  if (const auto* returned = jsontext::find(members, "result")) {
+    try {
+      value = classic::to_xmlrpc(classic::from_json(returned->value.of(text), "result", max_depth));
+    } catch (const classic::ValueError& e) {
+      return failed(fmt::format("The return value of keyword '{}' of library '{}' cannot be sent over XML-RPC: {}",
+                                keyword, library, e.what()));
+    }
+  }
+  return xmlrpc::Struct{{"status", "PASS"}, {"return", std::move(value)}, {"output", answer.output},
+                        {"error", ""},      {"traceback", ""},            {"continuable", false},
+                        {"fatal", false}};
+}
+
+// "/SeleniumLibrary" -> "SeleniumLibrary" (percent-escapes decoded, one trailing slash dropped); "/" and
+// "/RPC2" -> "" (the default library).
+std::optional<std::string> library_in_path(std::string_view path) {
+  if (path.starts_with('/')) path.remove_prefix(1);
+  if (path.ends_with('/')) path.remove_suffix(1);
+  if (path.empty() || path == "RPC2") return std::string();
+  std::string out;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (path[i] != '%') {
+      out += path[i];
+      continue;
+    }
+    auto hex = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    if (i + 2 >= path.size()) return std::nullopt;
+    const int hi = hex(path[i + 1]), lo = hex(path[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+std::string default_library(const config::Config& config) {
+  if (!config.classic.default_library.empty()) return config.classic.default_library;
+  for (const auto& library : config.libraries)
+    if (!library.is_glob()) return library.name;
+  return {};
+}
+
+HttpLimits http_limits(const config::Config& config) {
+  const auto& gw = config.gateway;
+  HttpLimits limits;
+  // An XML-RPC document carries what a JSON-RPC message does, in some more bytes; the headers on top.
+  limits.max_request_bytes = gw.max_message_bytes + gw.max_header_bytes;
+  limits.request_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(gw.handshake_timeout);
+  limits.max_connections = gw.max_sessions;
+  limits.max_connections_per_client = gw.max_sessions_per_client;
+  limits.max_requests_per_connection = 0;
+  return limits;
+}
+}  // namespace
+}  // namespace classic
+
+ClassicFront::ClassicFront(asio::io_context& io, GatewayContext& context, const config::Config& config)
+    : io_(io),
+      context_(context),
+      http_(io, "classic", [this](HttpRequest request) { return handle(std::move(request)); }, config.gateway.allow_from,
+            classic::http_limits(config)),
+      idle_(io.get_executor()) {
+  idle_.set();
+}
+
+ClassicFront::~ClassicFront() { http_.stop(); }
+
+void ClassicFront::serve(std::shared_ptr<asio::ip::tcp::acceptor> acceptor, std::string entry) {
+  http_.serve(std::move(acceptor), std::move(entry));
+}
+
+void ClassicFront::reconfigure(const config::Config& config) {
+  http_.set_allow_from(config.gateway.allow_from);
+  http_.set_limits(classic::http_limits(config));
+}
+
+asio::awaitable<bool> ClassicFront::drain(std::chrono::steady_clock::time_point deadline) {
+  stopping_ = true;
+  co_return co_await idle_.wait_until(deadline);
+}
+
+asio::awaitable<void> ClassicFront::shutdown() {
+  stopping_ = true;
+  http_.stop();
+  auto libraries = std::move(libraries_);
+  libraries_.clear();
+  for (auto& [name, library] : libraries) co_await library->shutdown();
+}
+
+std::shared_ptr<classic::Library> ClassicFront::library(const std::string& name,
+                                                        std::shared_ptr<const config::Library> settings) {
+  auto& slot = libraries_[name];
+  if (!slot) slot = std::make_shared<classic::Library>(context_, io_.get_executor(), name);
+  return slot;
+}
+
+asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest request) {
+  using classic::fault;
+  const auto config = context_.config();
+  const auto& gw = config->gateway;
+  if (stopping_ || context_.draining) co_return fault("The gateway is stopping; no new calls are taken.");
+  ++calls_;
+  idle_.reset();
+  struct Count {
+    ClassicFront& front;
+    ~Count() {
+      if (--front.calls_ == 0) front.idle_.set();
+    }
+  } count{*this};
+
+  auto requested = classic::library_in_path(request.path);
+  if (!requested)
+    co_return fault(fmt::format("The path {} is not a library name: a '%' escape in it is malformed.",
+                                log::printable(request.path, 200)));
+  const std::string name = requested->empty() ? classic::default_library(*config) : *requested;
+  auto route = context_.router.resolve(name);
+  if (!route.library) {
+    std::string names;
+    for (const auto& n : context_.router.names()) names += (names.empty() ? "" : ", ") + n;
+    co_return fault(fmt::format("No library '{}' is served here{}{}. The URL's path names the library: "
+                                "http://HOST:PORT/LIBRARY; \"/\" and \"/RPC2\" serve '{}'. Libraries: {}.",
+                                log::printable(name, 200), route.refused.empty() ? "" : ": ", route.refused,
+                                classic::default_library(*config), names));
+  }
+  const auto& settings = *route.library;
+
+  xmlrpc::Call call;
+  try {
+    xmlrpc::Limits limits;
+    limits.max_bytes = gw.max_message_bytes + gw.max_header_bytes;
+    limits.max_depth = gw.max_json_depth;
+    call = xmlrpc::parse_call(request.body, limits);
+  } catch (const xmlrpc::ParseError& e) {
+    log::info("classic: {} sent a request that is not XML-RPC: {}", request.peer, e.what());
+    co_return fault(fmt::format("The request is not an XML-RPC call: {}", e.what()));
+  }
+  const auto& params = call.params;
+  auto library = this->library(name, route.library);
+  auto string_param = [&](std::size_t i) -> const std::string* {
+    return i < params.size() && params[i].is<std::string>() ? &params[i].as<std::string>() : nullptr;
+  };
+  auto shape = [&](std::string_view expected) {
+    return fault(fmt::format("{} takes {}; got {} parameter(s).", call.method, expected, params.size()));
+  };
+
+  // The methods that describe the library read its definition, importing it first when no call has.
+  auto definition = [&]() -> asio::awaitable<const json::value*> {
+    if (const auto* d = library->definition()) co_return d;
+    auto instance = co_await library->take(settings.classic_instances, gw.max_pending_requests);
+    struct GiveBack {
+      classic::Library& library;
+      std::shared_ptr<classic::Instance> instance;
+      ~GiveBack() { library.give_back(std::move(instance)); }
+    } give_back{*library, instance};
+    co_await instance->ensure_imported();
+    library->remember(instance->definition());
+    co_return library->definition();
+  };
+
+  try {
+    const auto& method = call.method;
+    if (method == "run_keyword") {
+      const auto* keyword = string_param(0);
+      if (!keyword || params.size() < 2 || params.size() > 3 || !params[1].is<xmlrpc::Array>() ||
+          (params.size() == 3 && !params[2].is<xmlrpc::Struct>()))
+        co_return shape("a keyword name, a list of arguments and optionally a struct of named arguments");
+      std::string args = "[";
+      for (const auto& a : params[1].as<xmlrpc::Array>())
+        args += (args.size() > 1 ? ", " : "") + classic::to_json_argument(classic::to_python(a));
+      args += "]";
+      std::string kwargs = "{";
+      if (params.size() == 3)
+        for (const auto& [key, value] : params[2].as<xmlrpc::Struct>())
+          kwargs += (kwargs.size() > 1 ? ", " : "") + classic::json_string(key) + ": " +
+                    classic::to_json_argument(classic::to_python(value));
+      kwargs += "}";
+      auto instance = co_await library->take(settings.classic_instances, gw.max_pending_requests);
+      struct GiveBack {
+        classic::Library& library;
+        std::shared_ptr<classic::Instance> instance;
+        ~GiveBack() { library.give_back(std::move(instance)); }
+      } give_back{*library, instance};
+      auto answer = co_await instance->run(*keyword, args, kwargs, gw.max_message_bytes);
+      if (instance->imported()) library->remember(instance->definition());
+      co_return classic::xml(
+          xmlrpc::write_response(classic::keyword_result(answer, name, *keyword, gw.max_json_depth)));
+    }
+    if (method == "get_library_information") {
+      if (!params.empty()) co_return shape("no parameters");
+      co_return classic::xml(xmlrpc::write_response(classic::library_information(*co_await definition())));
+    }
+    if (method == "get_keyword_names") {
+      if (!params.empty()) co_return shape("no parameters");
+      xmlrpc::Array names;
+      classic::each_object((co_await definition())->if_object(), "keywords", [&](const json::object& k) {
+        names.emplace_back(classic::string_member(k, "name"));
+        return true;
+      });
+      co_return classic::xml(xmlrpc::write_response(names));
+    }
+    if (method == "get_keyword_arguments" || method == "get_keyword_types" || method == "get_keyword_tags" ||
+        method == "get_keyword_documentation") {
+      const auto* keyword = string_param(0);
+      if (!keyword || params.size() != 1) co_return shape("a keyword name");
+      const auto& d = *co_await definition();
+      if (method == "get_keyword_documentation" && (*keyword == "__intro__" || *keyword == "__init__"))
+        co_return classic::xml(
+            xmlrpc::write_response(*keyword == "__intro__" ? classic::library_doc(d) : std::string()));
+      const auto* kw = classic::keyword_of(d, *keyword);
+      if (!kw) {
+        if (method == "get_keyword_documentation" || method == "get_keyword_tags" || method == "get_keyword_types")
+          co_return classic::xml(xmlrpc::write_response(method == "get_keyword_documentation" ? xmlrpc::Value("")
+                                                        : method == "get_keyword_tags" ? xmlrpc::Value(xmlrpc::Array{})
+                                                                                       : xmlrpc::Value(xmlrpc::Struct{})));
+        co_return fault(fmt::format("Library '{}' has no keyword '{}'.", name, log::printable(*keyword, 200)));
+      }
+      xmlrpc::Value answer = method == "get_keyword_arguments" ? classic::argument_spec(*kw)
+                             : method == "get_keyword_types"   ? classic::argument_types(*kw)
+                             : method == "get_keyword_tags"    ? classic::keyword_tags(*kw)
+                                                               : xmlrpc::Value(classic::string_member(*kw, "doc"));
+      co_return classic::xml(xmlrpc::write_response(answer));
+    }
+    if (method == "stop_remote_server")
+      co_return fault("The gateway is not stopped by its clients: stop_remote_server is refused. Operators stop it "
+                      "with SIGTERM (systemctl stop).");
+    co_return fault(fmt::format("Unknown method '{}'. The classic remote API has get_library_information, "
+                                "get_keyword_names, get_keyword_arguments, get_keyword_types, get_keyword_tags, "
+                                "get_keyword_documentation and run_keyword.",
+                                log::printable(method, 200)));
+  } catch (const classic::ValueError& e) {
+    log::info("classic: {} on library {} from {}: an argument cannot be passed on: {}", call.method, name,
+              request.peer, e.what());
+    co_return fault(fmt::format("Library '{}': an argument cannot be passed to the library: {}", name, e.what()));
+  } catch (const classic::Failure& e) {
+    log::warn("classic: {} on library {} from {} failed: {}", call.method, name, request.peer, e.what());
+    co_return fault(fmt::format("Library '{}': {}", name, e.what()));
+  }
+}
+
+}  // namespace rjg::gateway

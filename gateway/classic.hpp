@@ -1,0 +1,75 @@
+// The classic Remote front: Robot Framework's built-in `Remote` library (XML-RPC over HTTP) served from
+// the gateway's worker pools (`[classic] listen`).
+//
+// A classic remote server hosts one library instance for all its clients, and runs one keyword at a time.
+// The front does the same, through the gateway's own protocol logic: each library it serves has
+// `classic_instances` imports (one by default), each held by a ClientSession of its own that is fed
+// JSON-RPC messages in-process instead of from a socket. So everything a JSON-RPC client gets applies
+// unchanged: the routes and their refusals, pools and caps, queue_timeout for the import, keyword_timeout
+// (which ends a hung keyword's worker), recycling, the pickle policy, argument escaping for workers that
+// evaluate argument strings, and the metrics. Calls queue for a free import, in arrival order. An import
+// whose worker was lost (died, timed out) is imported again for the next call.
+//
+// Methods: get_library_information, get_keyword_names, get_keyword_arguments, get_keyword_types,
+// get_keyword_tags, get_keyword_documentation (with __intro__ and __init__), run_keyword(name, args[,
+// kwargs]). Values are mapped as gateway/classic_values.hpp says; the logs a worker sends while a keyword
+// runs come back in `output` with Robot's *LEVEL* markers, in order.
+#pragma once
+
+#include "common/runtime/async_event.hpp"
+#include "gateway/context.hpp"
+#include "gateway/http_server.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace rjg::gateway {
+
+namespace classic {
+class Library;  // classic.cpp
+}
+
+class ClassicFront {
+ public:
+  // Runs on `io` (loop 0), where the pools are.
+  ClassicFront(asio::io_context& io, GatewayContext& context, const config::Config& config);
+  ClassicFront(const ClassicFront&) = delete;
+  ClassicFront& operator=(const ClassicFront&) = delete;
+  ~ClassicFront();
+
+  // A bound, listening acceptor of a [classic] listen entry.
+  void serve(std::shared_ptr<asio::ip::tcp::acceptor> acceptor, std::string entry);
+  // A reload: allow_from and the limits of [gateway] apply to new connections; default_library and the
+  // routes to new calls.
+  void reconfigure(const config::Config& config);
+  // The drain: new calls are refused from now on (a fault says the gateway is stopping); completes once
+  // the calls running have been answered, or at the deadline (false then).
+  asio::awaitable<bool> drain(std::chrono::steady_clock::time_point deadline);
+  // Stops accepting and answering; every import ends (a shared worker finalizes it, a dedicated one stops,
+  // and a keyword still running there fails).
+  asio::awaitable<void> shutdown();
+  std::size_t calls_running() const { return calls_; }
+  std::size_t connections() const { return http_.connections(); }
+
+  // One XML-RPC request: always 200 with a methodResponse, a fault for every error (a path that names no
+  // library included: a fault can say which libraries there are, and Robot shows its text).
+  asio::awaitable<std::optional<HttpResponse>> handle(HttpRequest request);
+
+ private:
+  std::shared_ptr<classic::Library> library(const std::string& name, std::shared_ptr<const config::Library> settings);
+
+  asio::io_context& io_;
+  GatewayContext& context_;
+  HttpServer http_;
+  bool stopping_ = false;
+  std::size_t calls_ = 0;  // requests being handled
+  AsyncEvent idle_;        // set while calls_ is 0
+  std::map<std::string, std::shared_ptr<classic::Library>> libraries_;  // by the name imported
+};
+
+}  // namespace rjg::gateway

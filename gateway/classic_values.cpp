@@ -1,0 +1,333 @@
+#include "gateway/classic_values.hpp"
+
+#include "common/log.hpp"
+#include "common/protocol/json_text.hpp"
+
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <cstdio>
+#include <type_traits>
+
+namespace rjg::gateway::classic {
+namespace json = boost::json;
+using pickle::PyValue;
+
+namespace {
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+
+// "20240102T03:04:05" (xmlrpc.client's form; also "2024-01-02T03:04:05" and a trailing "Z" or fraction
+// are read by Python's datetime.strptime-free parser only in the basic form, so the basic form is all).
+std::optional<pickle::PyDateTime> parse_datetime(std::string_view text) {
+  int y, mo, d, h, mi, s;
+  char tail = 0;
+  const std::string copy(text);
+  if (std::sscanf(copy.c_str(), "%4d%2d%2dT%2d:%2d:%2d%c", &y, &mo, &d, &h, &mi, &s, &tail) != 6) return std::nullopt;
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 59) return std::nullopt;
+  pickle::PyDateTime dt;
+  dt.year = y, dt.month = mo, dt.day = d, dt.hour = h, dt.minute = mi, dt.second = s, dt.microsecond = 0;
+  return dt;
+}
+
+// Whether the value has a JSON form the Python peer reads back as the same value.
+bool has_json_form(const PyValue& value) {
+  return std::visit(Overloaded{
+                        [](const pickle::PyNone&) { return true; },
+                        [](bool) { return true; },
+                        [](std::int64_t) { return true; },
+                        [](double d) { return std::isfinite(d); },
+                        [](const std::string& s) { return true; },
+                        [](const pickle::PyList& l) {
+                          for (const auto& item : l.items)
+                            if (!has_json_form(item)) return false;
+                          return true;
+                        },
+                        [](const pickle::PyDict& d) {
+                          if (d.kind != pickle::PyDict::Kind::dict) return false;
+                          for (const auto& [k, v] : d.items)
+                            if (!std::holds_alternative<std::string>(k.v) || !has_json_form(v)) return false;
+                          return true;
+                        },
+                        [](const auto&) { return false; },
+                    },
+                    value.v);
+}
+
+json::value json_form(const PyValue& value) {
+  return std::visit(Overloaded{
+                        [](const pickle::PyNone&) { return json::value(nullptr); },
+                        [](bool b) { return json::value(b); },
+                        [](std::int64_t i) { return json::value(i); },
+                        [](double d) { return json::value(d); },
+                        [](const std::string& s) { return json::value(s); },
+                        [](const pickle::PyList& l) {
+                          json::array a;
+                          a.reserve(l.items.size());
+                          for (const auto& item : l.items) a.push_back(json_form(item));
+                          return json::value(std::move(a));
+                        },
+                        [](const pickle::PyDict& d) {
+                          json::object o;
+                          for (const auto& [k, v] : d.items) o[std::get<std::string>(k.v)] = json_form(v);
+                          return json::value(std::move(o));
+                        },
+                        [](const auto&) -> json::value { throw std::logic_error("json_form of a value without one"); },
+                    },
+                    value.v);
+}
+
+// Calls f with each code point of UTF-8 text; false (part way through) when the text is not valid UTF-8.
+template <class F>
+bool each_code_point(std::string_view s, F&& f) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  std::size_t i = 0, n = s.size();
+  while (i < n) {
+    unsigned c = p[i], cp;
+    std::size_t more;
+    if (c < 0x80) cp = c, more = 0;
+    else if ((c & 0xe0) == 0xc0 && c >= 0xc2) cp = c & 0x1f, more = 1;
+    else if ((c & 0xf0) == 0xe0) cp = c & 0x0f, more = 2;
+    else if ((c & 0xf8) == 0xf0 && c <= 0xf4) cp = c & 0x07, more = 3;
+    else return false;
+    if (n - i <= more) return false;
+    for (std::size_t k = 1; k <= more; ++k) {
+      if ((p[i + k] & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3f);
+    }
+    if ((more == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (more == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+      return false;
+    f(cp);
+    i += more + 1;
+  }
+  return true;
+}
+
+// A str XML cannot carry, as a classic server sends it: its Latin-1 bytes when it has them, else UTF-8.
+xmlrpc::Value text_value(const std::string& s) {
+  if (xml_safe(s)) return xmlrpc::Value(s);
+  std::string latin1;
+  bool fits = true;
+  const bool valid = each_code_point(s, [&](unsigned cp) {
+    if (cp < 256) latin1 += static_cast<char>(cp);
+    else fits = false;
+  });
+  return xmlrpc::Value(xmlrpc::Binary{valid && fits ? std::move(latin1) : s});
+}
+
+std::string two(int v) { return fmt::format("{:02}", v); }
+}  // namespace
+
+bool xml_safe(std::string_view utf8) {
+  bool safe = true;
+  const bool valid = each_code_point(utf8, [&](unsigned cp) {
+    if ((cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r') || cp == 0xfffe || cp == 0xffff) safe = false;
+  });
+  return valid && safe;
+}
+
+PyValue to_python(const xmlrpc::Value& value) {
+  return std::visit(Overloaded{
+                        [](const xmlrpc::Nil&) { return PyValue{pickle::PyNone{}}; },
+                        [](bool b) { return PyValue{b}; },
+                        [](std::int64_t i) { return PyValue{i}; },
+                        [](double d) { return PyValue{d}; },
+                        [](const std::string& s) { return PyValue{s}; },
+                        [](const xmlrpc::Binary& b) { return PyValue{pickle::PyBytes{b.bytes}}; },
+                        [](const xmlrpc::DateTime& t) {
+                          // A text Python's xmlrpc.client would not read either stays a string.
+                          if (auto dt = parse_datetime(t.text)) return PyValue{*dt};
+                          return PyValue{t.text};
+                        },
+                        [](const xmlrpc::Array& a) {
+                          pickle::PyList list;
+                          list.items.reserve(a.size());
+                          for (const auto& item : a) list.items.push_back(to_python(item));
+                          return PyValue{std::move(list)};
+                        },
+                        [](const xmlrpc::Struct& s) {
+                          pickle::PyDict dict;
+                          dict.items.reserve(s.size());
+                          for (const auto& [k, v] : s) dict.items.emplace_back(PyValue{k}, to_python(v));
+                          return PyValue{std::move(dict)};
+                        },
+                    },
+                    value.v);
+}
+
+std::string to_json_argument(const PyValue& value) {
+  if (has_json_form(value)) return json::serialize(json_form(value));
+  try {
+    return json::serialize(json::object{{"__pickled__", pickle::encode_pickle_hex(value)}});
+  } catch (const std::invalid_argument& e) {
+    throw ValueError(fmt::format("a value Python cannot hold: {}", e.what()));
+  }
+}
+
+namespace {
+// Builds the value as walk() reports it: a stack of open containers.
+class Builder final : public jsontext::Visitor {
+ public:
+  Builder(std::string_view text, std::string_view path, const PickleLimits& limits)
+      : text_(text), path_(path), limits_(limits) {}
+
+  bool begin(jsontext::Kind container, std::size_t) override {
+    open_.push_back(Open{container == jsontext::Kind::array ? PyValue{pickle::PyList{}} : PyValue{pickle::PyDict{}}, {}, where()});
+    return true;
+  }
+  bool key(jsontext::Slice literal) override {
+    open_.back().key = jsontext::decode_string(literal.of(text_));
+    return true;
+  }
+  bool scalar(jsontext::Kind kind, jsontext::Slice value) override {
+    const auto t = value.of(text_);
+    switch (kind) {
+      case jsontext::Kind::null: return place(PyValue{pickle::PyNone{}});
+      case jsontext::Kind::boolean: return place(PyValue{t == "true"});
+      case jsontext::Kind::string: return place(PyValue{jsontext::decode_string(t)});
+      case jsontext::Kind::number: return place(number(t));
+      default: return true;
+    }
+  }
+  bool end(jsontext::Kind container, jsontext::Slice) override {
+    Open done = std::move(open_.back());
+    open_.pop_back();
+    if (auto* dict = std::get_if<pickle::PyDict>(&done.value.v); dict && dict->items.size() == 1) {
+      const auto& [k, v] = dict->items.front();
+      if (k == PyValue{std::string("__pickled__")}) {
+        const auto* hex = std::get_if<std::string>(&v.v);
+        if (!hex) throw ValueError(fmt::format("{}: \"__pickled__\" does not hold a string", done.path));
+        auto decoded = pickle::decode_pickle_hex(*hex, limits_);
+        if (auto* error = std::get_if<std::string>(&decoded))
+          throw ValueError(fmt::format("{}: a pickled value outside the data-only subset: {}", done.path, *error));
+        return place(std::move(std::get<PyValue>(decoded)));
+      }
+    }
+    return place(std::move(done.value));
+  }
+
+  PyValue take() { return std::move(root_); }
+
+ private:
+  struct Open {
+    PyValue value;  // a PyList or a PyDict
+    std::string key;
+    std::string path;
+  };
+
+  std::string where() const {
+    if (open_.empty()) return std::string(path_);
+    const auto& top = open_.back();
+    if (const auto* list = std::get_if<pickle::PyList>(&top.value.v)) return fmt::format("{}[{}]", top.path, list->items.size());
+    return fmt::format("{}.{}", top.path, top.key);
+  }
+
+  bool place(PyValue value) {
+    if (open_.empty()) {
+      root_ = std::move(value);
+      return true;
+    }
+    auto& top = open_.back();
+    if (auto* list = std::get_if<pickle::PyList>(&top.value.v)) {
+      list->items.push_back(std::move(value));
+      return true;
+    }
+    auto& items = std::get<pickle::PyDict>(top.value.v).items;
+    PyValue key{std::move(top.key)};
+    for (auto& item : items)
+      if (item.first == key) {
+        item.second = std::move(value);
+        return true;
+      }
+    items.emplace_back(std::move(key), std::move(value));
+    return true;
+  }
+
+  // Integers as int (64 bits, or the digits beyond), the rest as float, as Python's json module reads them.
+  static PyValue number(std::string_view t) {
+    if (t == "NaN") return PyValue{std::numeric_limits<double>::quiet_NaN()};
+    if (t == "Infinity") return PyValue{std::numeric_limits<double>::infinity()};
+    if (t == "-Infinity") return PyValue{-std::numeric_limits<double>::infinity()};
+    const std::string copy(t);
+    if (t.find_first_of(".eE") == std::string_view::npos) {
+      errno = 0;
+      char* end = nullptr;
+      const long long i = std::strtoll(copy.c_str(), &end, 10);
+      if (errno != ERANGE && end == copy.c_str() + copy.size()) return PyValue{static_cast<std::int64_t>(i)};
+      return PyValue{pickle::PyBigInt{copy}};
+    }
+    return PyValue{std::strtod(copy.c_str(), nullptr)};
+  }
+
+  std::string_view text_;
+  std::string_view path_;
+  const PickleLimits& limits_;
+  std::vector<Open> open_;
+  PyValue root_;
+};
+}  // namespace
+
+PyValue from_json(std::string_view json_text, std::string_view path, std::size_t max_depth, const PickleLimits& limits) {
+  Builder builder(json_text, path, limits);
+  jsontext::Limits json_limits;
+  json_limits.max_depth = max_depth;
+  if (auto error = jsontext::walk(json_text, builder, json_limits))
+    throw ValueError(fmt::format("{}: not valid JSON at byte {}: {}", path, error->offset, error->message));
+  return builder.take();
+}
+
+xmlrpc::Value to_xmlrpc(const PyValue& value) {
+  auto items = [](const std::vector<PyValue>& in) {
+    xmlrpc::Array out;
+    out.reserve(in.size());
+    for (const auto& item : in) out.push_back(to_xmlrpc(item));
+    return xmlrpc::Value(std::move(out));
+  };
+  return std::visit(Overloaded{
+                        [](const pickle::PyNone&) { return xmlrpc::Value(std::string()); },
+                        [](bool b) { return xmlrpc::Value(b); },
+                        [](std::int64_t i) { return xmlrpc::Value(i); },
+                        [](const pickle::PyBigInt& b) { return xmlrpc::Value(b.decimal); },
+                        [](double d) { return xmlrpc::Value(d); },
+                        [](const std::string& s) { return text_value(s); },
+                        [](const pickle::PyBytes& b) { return xmlrpc::Value(xmlrpc::Binary{b.bytes}); },
+                        [&](const pickle::PyList& l) { return items(l.items); },
+                        [&](const pickle::PyTuple& t) { return items(t.items); },
+                        [&](const pickle::PySet& s) { return items(s.items); },
+                        [](const pickle::PyDict& d) {
+                          xmlrpc::Struct out;
+                          out.reserve(d.items.size());
+                          for (const auto& [k, v] : d.items) {
+                            // Keys are str() of the key, as PythonRemoteServer makes them; a key XML
+                            // cannot carry has its unsafe characters replaced (a name cannot be base64).
+                            std::string key = pickle::py_str(k);
+                            if (!xml_safe(key)) key = log::printable(key, key.size() * 4 + 16);
+                            out.emplace_back(std::move(key), to_xmlrpc(v));
+                          }
+                          return xmlrpc::Value(std::move(out));
+                        },
+                        [](const pickle::PyDateTime& t) {
+                          // xmlrpc.client's form: no fraction, no zone (it drops both too).
+                          return xmlrpc::Value(xmlrpc::DateTime{fmt::format("{:04}{}{}T{}:{}:{}", t.year, two(t.month),
+                                                                            two(t.day), two(t.hour), two(t.minute),
+                                                                            two(t.second))});
+                        },
+                        [&](const auto& other) { return text_value(pickle::py_str(PyValue{other})); },
+                    },
+                    value.v);
+}
+
+std::string default_text(const PyValue& value) {
+  if (const auto* s = std::get_if<std::string>(&value.v)) return *s;
+  return pickle::py_repr(value);
+}
+
+}  // namespace rjg::gateway::classic

@@ -1,0 +1,367 @@
+// The classic Remote front ([classic] listen), end to end: Python's own xmlrpc.client, used the way
+// Robot Framework's `Remote` library uses it (tests/integration/classic_client.py), against the real
+// gateway and the real test worker. Every method of the classic remote API, values of every kind both
+// ways, failures and their modes, logs in `output`, two libraries on two paths, a crashed worker
+// replaced, a hung keyword ended by keyword_timeout while another library's call proceeds, and bad
+// requests answered with a fault or an HTTP error. Nothing is timed: every wait is a bound.
+#include "tests/integration/gateway_test.hpp"
+
+#include <fmt/format.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+namespace rjg::test {
+namespace {
+
+const std::string kClient = std::string(RJG_TEST_SOURCE_DIR) + "/classic_client.py";
+
+std::string python() {
+  auto found = find_program("python3");
+  if (!found) throw std::runtime_error("python3 is not installed (deploy/install-deps.sh installs it)");
+  return *found;
+}
+
+class ClassicTest : public GatewayTest {
+ protected:
+  void start_classic(std::vector<LibrarySpec> libraries = default_libraries(), std::string classic_toml = {},
+                     GatewayOptions options = {}) {
+    classic_port_ = free_port();
+    options.extra_toml = fmt::format("[classic]\nlisten = [\"tcp://127.0.0.1:{}\"]\n{}", classic_port_, classic_toml);
+    start(std::move(libraries), std::move(options));
+    ASSERT_TRUE(eventually([&] { return can_connect(classic_port_); }, 10s)) << gateway().log_tail();
+  }
+
+  std::string url(std::string_view path) const { return fmt::format("http://127.0.0.1:{}{}", classic_port_, path); }
+
+  // Runs the calls (each [METHOD, PARAMS...]) with xmlrpc.client; one JSON value per call.
+  std::vector<json::value> calls(std::string_view path, const json::array& list) {
+    auto result = run_process({python(), kClient, url(path), json::serialize(list)}, gateway().dir(), 120s);
+    EXPECT_TRUE(result.exited_with(0)) << result.describe() << "\n" << result.err;
+    std::vector<json::value> out;
+    std::size_t pos = 0;
+    while (pos < result.out.size()) {
+      auto nl = result.out.find('\n', pos);
+      if (nl == std::string::npos) nl = result.out.size();
+      if (nl > pos) out.push_back(json::parse(std::string_view(result.out).substr(pos, nl - pos)));
+      pos = nl + 1;
+    }
+    EXPECT_EQ(out.size(), list.size()) << result.out << result.err;
+    while (out.size() < list.size()) out.emplace_back(json::object{{"$error", "no answer printed"}});
+    return out;
+  }
+  json::value call(std::string_view path, json::array one) {
+    json::array list;
+    list.emplace_back(std::move(one));  // not {one}: Boost.JSON copies an array from a one-array list
+    return calls(path, list).front();
+  }
+  json::value run(std::string_view path, std::string_view keyword, json::array args = {}, json::object kwargs = {}) {
+    json::array c{"run_keyword", keyword, std::move(args)};
+    if (!kwargs.empty()) c.push_back(std::move(kwargs));
+    return call(path, std::move(c));
+  }
+
+  // A raw HTTP exchange: what the server answers to `request` before it closes (bounded).
+  std::string raw_http(const std::string& request) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(classic_port_);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd);
+      return "connect failed";
+    }
+    for (std::size_t sent = 0; sent < request.size();) {
+      auto n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      sent += static_cast<std::size_t>(n);
+    }
+    ::shutdown(fd, SHUT_WR);
+    std::string out;
+    char buffer[4096];
+    for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) out.append(buffer, static_cast<std::size_t>(n));
+    ::close(fd);
+    return out;
+  }
+  std::string post(std::string_view path, std::string_view body) {
+    return raw_http(fmt::format("POST {} HTTP/1.1\r\nHost: x\r\nContent-Type: text/xml\r\nContent-Length: {}\r\n"
+                                "Connection: close\r\n\r\n{}",
+                                path, body.size(), body));
+  }
+
+  static std::string fault_of(const json::value& v) {
+    const auto* o = v.if_object();
+    const auto* f = o ? o->if_contains("$fault") : nullptr;
+    return f && f->is_string() ? std::string(f->get_string()) : std::string();
+  }
+  static const json::object& result_struct(const json::value& v) {
+    static const json::object empty;
+    return v.is_object() ? v.get_object() : empty;
+  }
+
+  std::uint16_t classic_port_ = 0;
+};
+
+json::value bytes_value(std::string_view b64) { return json::object{{"$bytes", b64}}; }
+
+TEST_F(ClassicTest, LibraryInformationDescribesEveryKeywordTheWayRobotReadsIt) {
+  start_classic();
+  const auto info = call("/TestLibrary", {"get_library_information"});
+  ASSERT_TRUE(info.is_object()) << info;
+  const auto& i = info.get_object();
+  ASSERT_TRUE(i.contains("Echo") && i.contains("Log Messages") && i.contains("__intro__") && i.contains("__init__"))
+      << info;
+  EXPECT_EQ(i.at("Echo").at("args"), (json::array{"value"}));
+  EXPECT_EQ(i.at("Log Messages").at("args"), (json::array{"count", "size=10", "level=INFO"}));
+  EXPECT_EQ(i.at("Log Messages").at("types"), (json::object{{"count", "int"}, {"size", "int"}, {"level", "str"}}));
+  EXPECT_EQ(i.at("Echo Arguments").at("args"), (json::array{"*args", "**kwargs"}));
+  EXPECT_TRUE(contains(json::value_to<std::string>(i.at("Echo").at("doc")), "unchanged")) << i.at("Echo");
+  EXPECT_TRUE(i.at("Echo").at("tags").is_array());
+
+  // The older per-keyword methods, for Robot before 4.0 and other classic clients.
+  const auto answers = calls("/TestLibrary", {{"get_keyword_names"},
+                                              {"get_keyword_arguments", "Log Messages"},
+                                              {"get_keyword_types", "Sleep"},
+                                              {"get_keyword_tags", "Echo"},
+                                              {"get_keyword_documentation", "Echo"},
+                                              {"get_keyword_documentation", "__intro__"},
+                                              {"get_keyword_documentation", "__init__"},
+                                              {"get_keyword_arguments", "No Such Keyword"}});
+  const auto& names = answers[0].as_array();
+  EXPECT_NE(std::find(names.begin(), names.end(), json::value("Echo")), names.end()) << answers[0];
+  EXPECT_NE(std::find(names.begin(), names.end(), json::value("Hang")), names.end()) << answers[0];
+  EXPECT_EQ(answers[1], (json::array{"count", "size=10", "level=INFO"}));
+  EXPECT_EQ(answers[2], (json::object{{"seconds", "float"}}));
+  EXPECT_EQ(answers[3], json::array{});
+  EXPECT_EQ(answers[4], i.at("Echo").at("doc"));
+  EXPECT_TRUE(answers[5].is_string()) << answers[5];
+  EXPECT_EQ(answers[6], "");
+  EXPECT_TRUE(contains(fault_of(answers[7]), "has no keyword 'No Such Keyword'")) << answers[7];
+}
+
+TEST_F(ClassicTest, ArgumentsAndReturnValuesOfEveryKindRoundTrip) {
+  start_classic();
+  const json::array values = {
+      "text",
+      "non-ASCII: äöü € 😀",
+      "",
+      0,
+      -42,
+      1.5,
+      -0.25,
+      true,
+      false,
+      bytes_value("AAEC/f7/"),  // bytes 00 01 02 fd fe ff
+      json::object{{"$datetime", "2024-02-29T23:59:58"}},
+      json::array{1, "two", json::array{3.0, bytes_value("eA==")}},
+      json::object{{"key", "value"}, {"n", 1}, {"nested", json::object{{"b", bytes_value("eQ==")}}}},
+      json::array{},
+      json::object{},
+  };
+  json::array list;
+  for (const auto& v : values) list.push_back(json::array{"run_keyword", "Echo", json::array{v}});
+  const auto answers = calls("/TestLibrary", list);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const auto& r = result_struct(answers[i]);
+    ASSERT_EQ(r.if_contains("status") ? r.at("status") : json::value(), "PASS") << i << ": " << answers[i];
+    EXPECT_EQ(r.at("return"), values[i]) << i << ": " << answers[i];
+  }
+
+  // Named arguments (the third parameter), and what the worker received for them.
+  const auto named = run("/TestLibrary", "Echo Arguments", {1, bytes_value("AQI=")}, {{"x", "y"}, {"b", true}});
+  EXPECT_EQ(result_struct(named).at("return"),
+            (json::object{{"args", json::array{1, bytes_value("AQI=")}}, {"kwargs", json::object{{"x", "y"}, {"b", true}}}}))
+      << named;
+  // Bytes reach a worker as Python's pickle of bytes, the way a Python JSON-RPC client sends them: the
+  // worker's view of the text, re-read by the gateway as a plain dict (its pickle decoded again).
+  const auto raw = run("/TestLibrary", "Echo Raw", {bytes_value("AQI=")});
+  EXPECT_EQ(result_struct(raw).at("return"), (json::object{{"args", json::array{bytes_value("AQI=")}}, {"kwargs", json::object{}}}))
+      << raw;
+
+  // What a worker returns that XML-RPC has no type for: None as "", NaN as the float, a big int as its
+  // digits, a non-string key as its str().
+  const auto odd = calls("/TestLibrary", {{"run_keyword", "Return Raw", json::array{"null"}},
+                                          {"run_keyword", "Return Raw", json::array{"NaN"}},
+                                          {"run_keyword", "Return Raw", json::array{"123456789012345678901234567890"}},
+                                          {"run_keyword", "Return Raw", json::array{"[null, {\"a\": null}]"}},
+                                          {"run_keyword", "Return Raw", json::array{"1099511627776"}}});
+  EXPECT_EQ(result_struct(odd[0]).at("return"), "") << odd[0];
+  EXPECT_EQ(result_struct(odd[1]).at("return"), (json::object{{"$float", "nan"}})) << odd[1];
+  EXPECT_EQ(result_struct(odd[2]).at("return"), "123456789012345678901234567890") << odd[2];
+  EXPECT_EQ(result_struct(odd[3]).at("return"), (json::array{"", json::object{{"a", ""}}})) << odd[3];
+  // Beyond 32 bits: <i8>, which Python's client reads (it cannot send one: OverflowError).
+  EXPECT_EQ(result_struct(odd[4]).at("return"), std::int64_t{1} << 40) << odd[4];
+}
+
+TEST_F(ClassicTest, FailuresCarryTheirMessageTracebackAndMode) {
+  start_classic();
+  const auto answers = calls(
+      "/TestLibrary",
+      {{"run_keyword", "Fail", json::array{"plain failure"}},
+       {"run_keyword", "Fail", json::array{"bad value", "ValueError", "Traceback (most recent call last): ..."}},
+       {"run_keyword", "Fail", json::array{"go on", "AssertionError", "", "CONTINUABLE"}},
+       {"run_keyword", "Fail", json::array{"stop all", "AssertionError", "", "FATAL"}},
+       {"run_keyword", "No Such Keyword", json::array{}}});
+  auto r = [&](std::size_t i) { return result_struct(answers[i]); };
+  EXPECT_EQ(r(0).at("status"), "FAIL");
+  EXPECT_EQ(r(0).at("error"), "plain failure");
+  EXPECT_EQ(r(0).at("continuable"), false);
+  EXPECT_EQ(r(0).at("fatal"), false);
+  EXPECT_EQ(r(1).at("error"), "ValueError: bad value");
+  EXPECT_EQ(r(1).at("traceback"), "Traceback (most recent call last): ...");
+  EXPECT_EQ(r(2).at("continuable"), true);
+  EXPECT_EQ(r(2).at("fatal"), false);
+  EXPECT_EQ(r(3).at("fatal"), true);
+  EXPECT_EQ(r(4).at("status"), "FAIL") << answers[4];
+  EXPECT_TRUE(contains(json::value_to<std::string>(r(4).at("error")), "No Such Keyword")) << answers[4];
+}
+
+TEST_F(ClassicTest, LogsComeBackInOutputInOrderWithTheirLevels) {
+  start_classic();
+  const auto answers =
+      calls("/TestLibrary", {{"run_keyword", "Log Messages", json::array{3, 2, "WARN"}},
+                             {"run_keyword", "Log Raw", json::array{R"({"message": "<b>bold</b>", "level": "INFO", "html": true})"}},
+                             {"run_keyword", "Log Messages", json::array{200, 1, "DEBUG"}}});
+  EXPECT_EQ(result_struct(answers[0]).at("output"), "*WARN* 0:xx\n*WARN* 1:xx\n*WARN* 2:xx\n") << answers[0];
+  EXPECT_EQ(result_struct(answers[1]).at("output"), "*HTML* <b>bold</b>\n") << answers[1];
+  std::string expected;
+  for (int i = 0; i < 200; ++i) expected += fmt::format("*DEBUG* {}:x\n", i);
+  EXPECT_EQ(result_struct(answers[2]).at("output"), json::value(expected));
+}
+
+TEST_F(ClassicTest, TwoLibrariesOnTwoPathsAndTheDefaultOnTheRoot) {
+  start_classic();
+  const auto env = json::array{"RJG_TEST_LIBRARY"};
+  EXPECT_EQ(result_struct(run("/TestLibrary", "Get Env", env)).at("return"), "TestLibrary");
+  EXPECT_EQ(result_struct(run("/SecondLibrary", "Get Env", env)).at("return"), "SecondLibrary");
+  // Python's client posts to /RPC2 when the URL has no path; "/" too: the first library.
+  EXPECT_EQ(result_struct(run("", "Get Env", env)).at("return"), "TestLibrary");
+  EXPECT_EQ(result_struct(run("/RPC2", "Get Env", env)).at("return"), "TestLibrary");
+  const auto unknown = run("/NoSuchLibrary", "Echo", {1});
+  EXPECT_TRUE(contains(fault_of(unknown), "No library 'NoSuchLibrary' is served here")) << unknown;
+  EXPECT_TRUE(contains(fault_of(unknown), "TestLibrary, SecondLibrary")) << unknown;
+}
+
+TEST_F(ClassicTest, DefaultLibraryIsConfigurable) {
+  start_classic(default_libraries(), "default_library = \"SecondLibrary\"\n");
+  EXPECT_EQ(result_struct(run("/", "Get Env", {"RJG_TEST_LIBRARY"})).at("return"), "SecondLibrary");
+}
+
+TEST_F(ClassicTest, ClientsShareOneImportAndACrashedWorkerIsReplaced) {
+  start_classic();
+  const auto first = result_struct(run("/TestLibrary", "Get Pid")).at("return");
+  // A second client, later: the same instance in the same worker, as on a classic server.
+  EXPECT_EQ(result_struct(run("/TestLibrary", "Get Pid")).at("return"), first);
+  remember_pid(static_cast<pid_t>(as_int(first)));
+
+  const auto crashed = run("/TestLibrary", "Crash", {"sigkill"});
+  EXPECT_EQ(result_struct(crashed).at("status"), "FAIL") << crashed;
+  EXPECT_TRUE(contains(json::value_to<std::string>(result_struct(crashed).at("error")), "TestLibrary")) << crashed;
+  EXPECT_TRUE(contains(json::value_to<std::string>(result_struct(crashed).at("output")), "about to crash")) << crashed;
+
+  const auto after = result_struct(run("/TestLibrary", "Get Pid")).at("return");
+  ASSERT_TRUE(after.is_int64()) << after;
+  EXPECT_NE(after, first);
+  remember_pid(static_cast<pid_t>(as_int(after)));
+}
+
+TEST_F(ClassicTest, AHungKeywordIsEndedByItsTimeoutWhileAnotherLibraryServes) {
+  auto libraries = default_libraries();
+  libraries[0].extra_toml = "keyword_timeout = \"3s\"\n";
+  start_classic(libraries);
+  const auto pid = result_struct(run("/TestLibrary", "Get Pid")).at("return");
+  remember_pid(static_cast<pid_t>(as_int(pid)));
+
+  // Client A hangs TestLibrary's one instance; client B waits behind it (calls are serialized, as on a
+  // classic server); client C uses SecondLibrary meanwhile.
+  json::value hung, queued;
+  std::thread a([&] { hung = run("/TestLibrary", "Hang"); });
+  ASSERT_TRUE(log_eventually("running keyword 'Hang'", 1, 30s)) << gateway().log_tail();
+  std::thread b([&] { queued = run("/TestLibrary", "Echo", {"after the hang"}); });
+  const auto other = run("/SecondLibrary", "Echo", {"meanwhile"});
+  EXPECT_EQ(result_struct(other).at("return"), "meanwhile") << other;
+  a.join();
+  b.join();
+  EXPECT_EQ(result_struct(hung).at("status"), "FAIL") << hung;
+  EXPECT_TRUE(contains(json::value_to<std::string>(result_struct(hung).at("error")), "keyword_timeout")) << hung;
+  EXPECT_EQ(result_struct(queued).at("return"), "after the hang") << queued;
+  // The hung worker was ended; a fresh one serves from now on.
+  EXPECT_TRUE(wait_pid_gone(static_cast<pid_t>(as_int(pid)), 30s));
+  const auto fresh = result_struct(run("/TestLibrary", "Get Pid")).at("return");
+  EXPECT_NE(fresh, pid);
+  remember_pid(static_cast<pid_t>(as_int(fresh)));
+}
+
+TEST_F(ClassicTest, ClassicInstancesSpreadCallsOverImportsInSeveralWorkers) {
+  auto libraries = default_libraries();
+  libraries[0].extra_toml = "classic_instances = 2\n";
+  start_classic(libraries);
+  const auto file = gateway().dir() / "go";
+  auto waiting = [&] { run("/TestLibrary", "Wait For File", {file.string(), 60.0}); };
+  std::thread a(waiting);
+  std::thread b(waiting);
+  // Both calls run at once, each on an import of its own in a worker of its own: only then is the file
+  // written.
+  const bool both = log_eventually("running keyword 'Wait For File'", 2, 30s);
+  write_file(file, "go");
+  a.join();
+  b.join();
+  ASSERT_TRUE(both) << gateway().log_tail();
+  const auto pids = pids_eventually(R"(classic TestLibrary #\d: imported library TestLibrary in worker pid (\d+))", 2);
+  ASSERT_EQ(pids.size(), 2u) << gateway().log_tail();
+  EXPECT_NE(pids[0], pids[1]);
+}
+
+TEST_F(ClassicTest, BadRequestsGetAFaultOrAnHttpErrorAndTheFrontGoesOn) {
+  GatewayOptions options;
+  options.extra_gateway_toml = "max_message_bytes = 65536\n";
+  start_classic(default_libraries(), {}, options);
+  auto fault = [](const std::string& answer) {
+    return contains(answer, "HTTP/1.1 200") && contains(answer, "<fault>") ? answer : "no fault in: " + answer;
+  };
+  EXPECT_TRUE(contains(fault(post("/TestLibrary", "this is not XML")), "not an XML-RPC call"));
+  EXPECT_TRUE(contains(fault(post("/TestLibrary", "<?xml version='1.0'?><!DOCTYPE x [<!ENTITY a 'b'>]>"
+                                                  "<methodCall><methodName>&a;</methodName></methodCall>")),
+                       "not an XML-RPC call"));
+  EXPECT_TRUE(contains(fault(post("/TestLibrary", "<?xml version='1.0'?><methodCall><methodName>rm_rf</methodName>"
+                                                  "<params/></methodCall>")),
+                       "Unknown method 'rm_rf'"));
+  EXPECT_TRUE(contains(fault(post("/TestLibrary", "<?xml version='1.0'?><methodCall><methodName>run_keyword"
+                                                  "</methodName><params><param><value><int>1</int></value></param>"
+                                                  "</params></methodCall>")),
+                       "run_keyword takes a keyword name"));
+  EXPECT_TRUE(contains(fault(post("/Test%ZZ", "<methodCall><methodName>get_keyword_names</methodName></methodCall>")),
+                       "malformed"));
+  EXPECT_TRUE(contains(fault(post("/TestLibrary", "<?xml version='1.0'?><methodCall><methodName>stop_remote_server"
+                                                  "</methodName><params/></methodCall>")),
+                       "not stopped by its clients"));
+  const auto get = raw_http("GET /TestLibrary HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_TRUE(contains(get, "HTTP/1.1 405") && contains(get, "Allow: POST")) << get;
+  const auto large = post("/TestLibrary", std::string(200'000, 'x'));
+  EXPECT_TRUE(contains(large, "HTTP/1.1 413")) << large.substr(0, 300);
+  // And the front still serves.
+  EXPECT_EQ(result_struct(run("/TestLibrary", "Echo", {"still here"})).at("return"), "still here");
+  EXPECT_TRUE(gateway().running());
+}
+
+TEST_F(ClassicTest, ThePicklePolicyAppliesToClassicClientsToo) {
+  auto libraries = default_libraries();
+  libraries[0].extra_toml = "pickle = \"deny\"\n";
+  start_classic(libraries);
+  // Bytes travel pickled, which this library's policy refuses: the keyword fails saying so, and no call
+  // reaches the worker.
+  const auto refused = run("/TestLibrary", "Echo", {bytes_value("AQI=")});
+  EXPECT_EQ(result_struct(refused).at("status"), "FAIL") << refused;
+  EXPECT_TRUE(contains(json::value_to<std::string>(result_struct(refused).at("error")), "pickle")) << refused;
+  EXPECT_EQ(result_struct(run("/TestLibrary", "Echo Count")).at("return"), 0);
+}
+
+}  // namespace
+}  // namespace rjg::test
