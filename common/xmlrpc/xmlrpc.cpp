@@ -202,8 +202,9 @@ class Reader {
     char* end = nullptr;
     errno = 0;
     const double d = std::strtod(text.c_str(), &end);
-    if (text.empty() || end != text.c_str() + text.size() || std::isnan(d) || std::isinf(d))
-      fail(node, fmt::format("<{}> is '{}', not a finite number", node.name, text.substr(0, 40)));
+    // nan, inf and -inf too: Python's client writes repr() of a float, and reads them back.
+    if (text.empty() || end != text.c_str() + text.size())
+      fail(node, fmt::format("<{}> is '{}', not a number", node.name, text.substr(0, 40)));
     return d;
   }
 
@@ -211,16 +212,58 @@ class Reader {
   std::size_t values_ = 0;
 };
 
+// Calls f(code point, bytes) for each code point of UTF-8 text, and f(nullopt, bytes) for each byte
+// that does not begin a valid sequence (surrogates and overlong forms are not valid).
+template <class F>
+void each_code_point(std::string_view s, F&& f) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    unsigned c = p[i], cp;
+    std::size_t more;
+    if (c < 0x80) cp = c, more = 0;
+    else if (c >= 0xc2 && c <= 0xdf) cp = c & 0x1f, more = 1;
+    else if (c >= 0xe0 && c <= 0xef) cp = c & 0x0f, more = 2;
+    else if (c >= 0xf0 && c <= 0xf4) cp = c & 0x07, more = 3;
+    else more = 4;  // never valid
+    bool ok = more < 4 && n - i > more;
+    for (std::size_t k = 1; ok && k <= more; ++k) {
+      ok = (p[i + k] & 0xc0) == 0x80;
+      cp = (cp << 6) | (p[i + k] & 0x3f);
+    }
+    ok = ok && !(more == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) &&
+         !(more == 3 && (cp < 0x10000 || cp > 0x10ffff));
+    if (!ok) {
+      f(std::nullopt, s.substr(i, 1));
+      ++i;
+      continue;
+    }
+    f(std::optional<unsigned>(cp), s.substr(i, more + 1));
+    i += more + 1;
+  }
+}
+
+bool xml_char(unsigned cp) {
+  return cp == '\t' || cp == '\n' || cp == '\r' || (cp >= 0x20 && cp != 0xfffe && cp != 0xffff);
+}
+
+// Text as XML 1.0 can carry it: what it cannot (C0 controls, bytes that are not UTF-8) becomes U+FFFD.
+// Values that may hold such text travel as base64 instead (see the classic front); this is the last
+// guard, for names and messages.
 void escape_into(std::string& out, std::string_view text) {
-  for (char c : text) {
-    switch (c) {
+  each_code_point(text, [&](std::optional<unsigned> cp, std::string_view bytes) {
+    if (!cp || !xml_char(*cp)) {
+      out += "\xEF\xBF\xBD";
+      return;
+    }
+    switch (*cp) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;
       case '\r': out += "&#13;"; break;  // kept through a parser's line-end normalisation
-      default: out += c;
+      default: out += bytes;
     }
-  }
+  });
 }
 
 void write_value(std::string& out, const Value& value) {
@@ -399,6 +442,23 @@ std::string base64_decode(std::string_view text) {
     }
   }
   if ((symbols + padding) % 4 != 0 || padding > 2) throw ParseError("<base64> has a length that is not a multiple of 4");
+  return out;
+}
+
+bool xml_safe(std::string_view text) {
+  bool safe = true;
+  each_code_point(text, [&](std::optional<unsigned> cp, std::string_view) { safe = safe && cp && xml_char(*cp); });
+  return safe;
+}
+
+std::optional<std::string> to_latin1(std::string_view text) {
+  std::string out;
+  bool fits = true;
+  each_code_point(text, [&](std::optional<unsigned> cp, std::string_view) {
+    if (cp && *cp < 256) out += static_cast<char>(*cp);
+    else fits = false;
+  });
+  if (!fits) return std::nullopt;
   return out;
 }
 

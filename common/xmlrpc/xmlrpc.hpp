@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -92,5 +93,11 @@ std::string write_fault(std::int64_t code, std::string_view message);
 // failure is a ParseError.
 std::string base64_encode(std::string_view bytes);
 std::string base64_decode(std::string_view text);
+
+// Whether XML 1.0 can carry the text: valid UTF-8 without C0 controls other than tab, LF and CR, and
+// without U+FFFE and U+FFFF. The writers replace what it cannot carry with U+FFFD.
+bool xml_safe(std::string_view text);
+// The text's Latin-1 bytes, when every character is below U+0100 (and it is valid UTF-8).
+std::optional<std::string> to_latin1(std::string_view text);
 
 }  // namespace rjg::xmlrpc

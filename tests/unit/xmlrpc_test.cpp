@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 
 namespace {
@@ -187,9 +189,10 @@ TEST(XmlRpc, BrokenDocumentsSayWhatAndWhere) {
   expect_refused("<methodCall><methodName>m</methodName><params><param><value><boolean>yes</boolean></value></param>"
                  "</params></methodCall>",
                  "expected 0 or 1");
-  expect_refused("<methodCall><methodName>m</methodName><params><param><value><double>nan</double></value></param>"
+  // nan and inf are numbers (Python's client writes repr() of a float); "1.5x" is not.
+  expect_refused("<methodCall><methodName>m</methodName><params><param><value><double>1.5x</double></value></param>"
                  "</params></methodCall>",
-                 "not a finite number");
+                 "not a number");
   expect_refused("<methodCall><methodName>m</methodName><params><param><value><blob/></value></param></params>"
                  "</methodCall>",
                  "unknown value type <blob>");
@@ -223,6 +226,15 @@ TEST(XmlRpc, LimitsHold) {
   std::string nested = "<methodCall>";
   for (int i = 0; i < 200000; ++i) nested += "<a>";
   expect_refused(nested, "nesting deeper than the limit");
+}
+
+TEST(XmlRpc, NanAndInfinityAreNumbersAsPythonWritesThem) {
+  const auto call = rjg::xmlrpc::parse_call(
+      "<methodCall><methodName>m</methodName><params><param><value><double>nan</double></value></param>"
+      "<param><value><double>-inf</double></value></param></params></methodCall>");
+  ASSERT_EQ(call.params.size(), 2u);
+  EXPECT_TRUE(std::isnan(call.params[0].as<double>()));
+  EXPECT_EQ(call.params[1].as<double>(), -std::numeric_limits<double>::infinity());
 }
 
 }  // namespace
