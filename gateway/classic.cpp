@@ -5,7 +5,7 @@
 #include "common/protocol/protocol.hpp"
 #include "common/runtime/async_event.hpp"
 #include "common/xmlrpc/xmlrpc.hpp"
-#include "gateway/classic_values.hpp"
+#include "common/xmlrpc/classic_values.hpp"
 #include "gateway/client_session.hpp"
 #include "gateway/connection.hpp"
 
@@ -22,7 +22,7 @@ namespace rjg::gateway {
 using namespace std::chrono_literals;
 namespace protocol = rjg::protocol;
 
-namespace classic {
+namespace front {
 namespace {
 // A call that cannot be answered with a keyword result: answered with an XML-RPC fault carrying the text.
 struct Failure : std::runtime_error {
@@ -75,8 +75,14 @@ struct KeywordAnswer {
   std::string output;
 };
 
+// Ends a session that held an import, in the background: its end may wait for grace periods, and nothing
+// waits for it (the pools end what is left at shutdown).
+asio::awaitable<void> end_session(std::shared_ptr<ClientSession> session, std::string why) {
+  co_await session->end(std::move(why));
+}
+
 // One import of the library, held by an in-process client session: the front talks JSON-RPC to it, and
-// it answers through this Connection.
+// it answers through this Connection. Used by one call at a time (Library hands it out).
 class Instance final : public Connection, public std::enable_shared_from_this<Instance> {
  public:
   Instance(GatewayContext& context, asio::any_io_executor executor, std::string library, std::string name)
@@ -87,13 +93,23 @@ class Instance final : public Connection, public std::enable_shared_from_this<In
     auto classified = parse_message(json_text);
     auto* message = std::get_if<Message>(&classified);
     if (!message) {
-      log::error("bug: {}: the session sent a message that is not one: {}", name_, std::get<ProtocolError>(classified).message);
+      // Never expected; the calls waiting are failed rather than left waiting for good.
+      log::error("bug: {}: the session sent a message that is not one: {}", name_,
+                 std::get<ProtocolError>(classified).message);
+      fail_pending("the gateway's session sent a malformed message (a bug; see the gateway's log)");
       return;
     }
     if (message->kind == Message::Kind::notification) {
       if (message->method() != protocol::kLog) return;
-      if (output_) *output_ += output_line(message->params());
-      else log::debug("{}: a log outside a keyword call was dropped", name_);
+      if (!output_) {
+        log::debug("{}: a log outside a keyword call was dropped", name_);
+      } else if (output_->size() < max_output_) {
+        *output_ += output_line(message->params());
+      } else if (!output_cut_) {
+        output_cut_ = true;
+        *output_ += "*WARN* robot-jsonrpc-gateway: the rest of this keyword's log was cut off ([gateway] "
+                    "max_message_bytes)\n";
+      }
       return;
     }
     auto id = message->id();
@@ -103,28 +119,36 @@ class Instance final : public Connection, public std::enable_shared_from_this<In
       it->second->done.set();
     }
   }
-  asio::awaitable<void> wait_for_room() override { co_return; }  // logs are collected in memory, bounded below
+  asio::awaitable<void> wait_for_room() override { co_return; }  // logs are collected in memory, bounded in send()
   void session_idle() override {}
   void close(std::string) override { closing_ = true; }
   bool closing() const override { return closing_; }
   asio::awaitable<void> wait_closed() override { co_return; }
 
-  bool imported() const { return !token_.empty(); }
+  bool imported() const { return !token_.empty() && session_; }
   const json::value& definition() const { return definition_; }
 
   // Imports the library unless this instance holds an import. Throws Failure.
   asio::awaitable<void> ensure_imported() {
     if (imported()) co_return;
+    if (stopped_) throw Failure("the gateway is stopping");
     if (!session_) {
       closing_ = false;
-      session_ = std::make_shared<ClientSession>(context_, context_.config(), context_.pools, weak_from_this(), name_,
-                                                 executor_);
-      auto init = co_await request(protocol::kInitialize,
-                                   R"({"client_info": {"name": "robot-jsonrpc-gateway classic front"}})");
-      if (init.kind != Message::Kind::response) throw Failure(init.error_message());
+      auto session = std::make_shared<ClientSession>(context_, context_.config(), context_.pools, weak_from_this(),
+                                                     name_, executor_);
+      session_ = session;
+      std::string params = R"({"client_info": {"name": "robot-jsonrpc-gateway classic front"}})";
+      auto init = co_await request(protocol::kInitialize, std::move(params));
+      if (init.kind != Message::Kind::response || session_ != session) {
+        session_.reset();
+        throw Failure(init.kind == Message::Kind::response ? "the gateway is stopping" : init.error_message());
+      }
       notify(protocol::kInitialized, "{}");
     }
-    auto answer = co_await request(protocol::kImportLibrary, fmt::format(R"({{"name": {}}})", json_string(library_)));
+    const auto session = session_;
+    std::string params = fmt::format(R"({{"name": {}}})", json_string(library_));
+    auto answer = co_await request(protocol::kImportLibrary, std::move(params));
+    if (session_ != session) throw Failure("the gateway is stopping");
     if (answer.kind != Message::Kind::response) throw Failure(answer.error_message());
     auto result = answer.result();
     const auto* token = result.is_object() ? result.as_object().if_contains("token") : nullptr;
@@ -134,41 +158,45 @@ class Instance final : public Connection, public std::enable_shared_from_this<In
     log::info("{}: imported library {} for classic clients", name_, library_);
   }
 
-  // robot/run_keyword on this instance's import; args and kwargs are JSON texts.
+  // robot/run_keyword on this instance's import; args and kwargs are JSON texts. The output kept is cut
+  // at max_output bytes.
   asio::awaitable<KeywordAnswer> run(const std::string& keyword, const std::string& args, const std::string& kwargs,
                                      std::size_t max_output) {
     co_await ensure_imported();
     log::debug("{}: running keyword '{}'", name_, log::printable(keyword, 200));
     KeywordAnswer out;
     output_ = &out.output;
+    max_output_ = max_output;
+    output_cut_ = false;
     struct Stop {
       std::string*& output;
       ~Stop() { output = nullptr; }
     } stop{output_};
-    auto answer = co_await request(protocol::kRunKeyword,
-                                   fmt::format(R"({{"library_token": {}, "name": {}, "args": {}, "kwargs": {}}})",
-                                               json_string(token_), json_string(keyword), args, kwargs));
-    if (out.output.size() > max_output) {
-      out.output.resize(max_output);
-      out.output += "\n*WARN* robot-jsonrpc-gateway: the rest of this keyword's log was cut off ([gateway] "
-                    "max_message_bytes)\n";
-    }
+    std::string params = fmt::format(R"({{"library_token": {}, "name": {}, "args": {}, "kwargs": {}}})",
+                                     json_string(token_), json_string(keyword), args, kwargs);
+    auto answer = co_await request(protocol::kRunKeyword, std::move(params));
     if (answer.kind == Message::Kind::response) {
       out.result_text = answer.result_text();
       co_return out;
     }
     out.failure = answer.error_message();
-    if (import_lost(answer.error_code())) co_await drop("its worker was lost: " + answer.error_message());
+    if (import_lost(answer.error_code())) drop("its worker was lost: " + answer.error_message());
     co_return out;
   }
 
-  // Ends the session and its import (a shared worker finalizes it, a dedicated one stops).
-  asio::awaitable<void> drop(std::string why) {
+  // Forgets the import; its session ends in the background (a shared worker finalizes the instance, a
+  // dedicated one stops). The next call imports again, unless stopped.
+  void drop(std::string why) {
     token_.clear();
     if (auto session = std::move(session_)) {
       session_.reset();
-      co_await session->end(why);
+      asio::co_spawn(executor_, end_session(std::move(session), std::move(why)), log_exceptions("classic: end " + name_));
     }
+  }
+  // The gateway is stopping: the import ends, and none is made again.
+  void stop() {
+    stopped_ = true;
+    drop("the gateway is stopping");
   }
 
  private:
@@ -179,10 +207,12 @@ class Instance final : public Connection, public std::enable_shared_from_this<In
   }
 
   asio::awaitable<Message> request(std::string_view method, std::string params) {
+    if (!session_) throw Failure("the gateway is stopping");
     const auto id = next_id_++;
-    auto classified = parse_message(make_request_raw(std::to_string(id), method, params));
+    auto classified = parse_message(make_request_raw(std::to_string(id), method, params), request_limits());
     auto* message = std::get_if<Message>(&classified);
-    if (!message) throw std::logic_error("classic front: made an invalid request: " + std::get<ProtocolError>(classified).message);
+    // What a classic client sent made an invalid message (arguments nested deeper than max_json_depth).
+    if (!message) throw Failure(std::get<ProtocolError>(classified).message);
     auto pending = std::make_shared<Pending>(executor_);
     pending_[id] = pending;
     struct Forget {
@@ -194,6 +224,23 @@ class Instance final : public Connection, public std::enable_shared_from_this<In
     session->handle(*message);
     co_await pending->done.wait();
     co_return std::move(*pending->answer);
+  }
+
+  JsonLimits request_limits() const {
+    const auto config = context_.config();
+    JsonLimits limits;
+    limits.max_depth = config->gateway.max_json_depth;
+    limits.max_object_members = config->gateway.max_object_members;
+    return limits;
+  }
+
+  // Answers every call waiting with an internal error.
+  void fail_pending(std::string_view why) {
+    for (auto& [id, pending] : pending_) {
+      auto classified = parse_message(make_error_raw(std::to_string(id), protocol::kInternalError, why));
+      pending->answer.emplace(std::move(std::get<Message>(classified)));
+      pending->done.set();
+    }
   }
 
   struct Pending {
@@ -212,12 +259,15 @@ class Instance final : public Connection, public std::enable_shared_from_this<In
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, std::shared_ptr<Pending>> pending_;
   std::string* output_ = nullptr;  // the running keyword's output
+  std::size_t max_output_ = 0;
+  bool output_cut_ = false;
   bool closing_ = false;
+  bool stopped_ = false;
 };
 }  // namespace
 
 // A library as classic clients see it: its imports, and the calls waiting for one.
-class Library {
+class Library : public std::enable_shared_from_this<Library> {
  public:
   Library(GatewayContext& context, asio::any_io_executor executor, std::string name)
       : context_(context), executor_(std::move(executor)), name_(std::move(name)) {}
@@ -225,28 +275,36 @@ class Library {
   const std::string& name() const { return name_; }
 
   // An idle instance, taken in arrival order; `wanted`: classic_instances now. Throws Failure when too many
-  // calls wait already.
+  // calls wait already, or once the gateway is stopping.
   asio::awaitable<std::shared_ptr<Instance>> take(std::size_t wanted, std::size_t max_waiting) {
+    if (stopped_) throw Failure("the gateway is stopping");
     while (instances_.size() < wanted) {
       const auto n = instances_.size() + 1;
       instances_.push_back(std::make_shared<Instance>(
           context_, executor_, name_, wanted > 1 ? fmt::format("classic {} #{}", name_, n) : "classic " + name_));
-      idle_.push_back(instances_.back());
+      give_back(instances_.back());  // to a call that waits already, if one does
     }
-    if (idle_.empty() || !waiting_.empty()) {
-      if (waiting_.size() >= max_waiting)
-        throw Failure(fmt::format("Library '{}' is busy: {} keyword calls of classic clients already wait for its "
-                                  "{} instance(s) ([gateway] max_pending_requests = {}). Try again later, or raise "
-                                  "classic_instances for this library.",
-                                  name_, waiting_.size(), instances_.size(), max_waiting));
-      auto waiter = std::make_shared<Waiter>(executor_);
-      waiting_.push_back(waiter);
-      co_await waiter->ready.wait();
-      co_return std::move(waiter->instance);
+    if (!idle_.empty()) {
+      auto instance = std::move(idle_.front());
+      idle_.pop_front();
+      co_return instance;
     }
-    auto instance = std::move(idle_.front());
-    idle_.pop_front();
-    co_return instance;
+    if (waiting_.size() >= max_waiting)
+      throw Failure(fmt::format("Library '{}' is busy: {} keyword calls of classic clients already wait for its "
+                                "{} instance(s) ([gateway] max_pending_requests = {}). Try again later, or raise "
+                                "classic_instances for this library.",
+                                name_, waiting_.size(), instances_.size(), max_waiting));
+    auto waiter = std::make_shared<Waiter>(executor_);
+    waiting_.push_back(waiter);
+    // Leaves the queue however this coroutine ends (its frame may be destroyed at exit without resuming).
+    struct Leave {
+      std::shared_ptr<Library> library;  // held: the frame may outlive the front at exit
+      std::shared_ptr<Waiter> waiter;
+      ~Leave() { std::erase(library->waiting_, waiter); }
+    } leave{shared_from_this(), waiter};
+    co_await waiter->ready.wait();
+    if (!waiter->instance) throw Failure("the gateway is stopping");
+    co_return std::move(waiter->instance);
   }
   // Gives an instance back: to the call that waited longest, or to the idle ones.
   void give_back(std::shared_ptr<Instance> instance) {
@@ -268,8 +326,12 @@ class Library {
   }
   void remember(const json::value& definition) { remembered_ = definition; }
 
-  asio::awaitable<void> shutdown() {
-    for (auto& instance : instances_) co_await instance->drop("the gateway is stopping");
+  // The gateway is stopping: calls waiting fail, and every import ends (in the background; the pools end
+  // what is left).
+  void stop() {
+    stopped_ = true;
+    for (auto& waiter : std::exchange(waiting_, {})) waiter->ready.set();  // with no instance: a Failure
+    for (auto& instance : instances_) instance->stop();
   }
 
  private:
@@ -286,6 +348,7 @@ class Library {
   std::deque<std::shared_ptr<Instance>> idle_;
   std::deque<std::shared_ptr<Waiter>> waiting_;
   json::value remembered_;
+  bool stopped_ = false;
 };
 
 namespace {
@@ -326,8 +389,8 @@ xmlrpc::Value argument_spec(const json::object& keyword) {
         std::string text;
         try {
           const auto* d = arg.if_contains("default");
-          text = classic::default_text(classic::from_json(d ? json::serialize(*d) : "null", "default"));
-        } catch (const classic::ValueError&) {
+          text = rjg::classic::default_text(rjg::classic::from_json(d ? json::serialize(*d) : "null", "default"));
+        } catch (const rjg::classic::ValueError&) {
           text = "<not shown: a value outside the data-only subset>";
         }
         spec.emplace_back(fmt::format("{}={}", name, text));
@@ -394,7 +457,7 @@ xmlrpc::Value keyword_result(const KeywordAnswer& answer, const std::string& lib
                           {"fatal", fatal}};
   };
   if (answer.failure) return failed(*answer.failure);
-  // Read without a tree: a result may hold NaN or integers beyond 64 bits (see classic::from_json).
+  // Read without a tree: a result may hold NaN or integers beyond 64 bits (see rjg::classic::from_json).
   const std::string_view text = answer.result_text;
   const auto members = jsontext::members(text);
   if (const auto* error = jsontext::find(members, "error"); error && error->kind == jsontext::Kind::object) {
@@ -411,8 +474,8 @@ xmlrpc::Value keyword_result(const KeywordAnswer& answer, const std::string& lib
   xmlrpc::Value value{std::string()};
   if (const auto* returned = jsontext::find(members, "result")) {
     try {
-      value = classic::to_xmlrpc(classic::from_json(returned->value.of(text), "result", max_depth));
-    } catch (const classic::ValueError& e) {
+      value = rjg::classic::to_xmlrpc(rjg::classic::from_json(returned->value.of(text), "result", max_depth));
+    } catch (const rjg::classic::ValueError& e) {
       return failed(fmt::format("The return value of keyword '{}' of library '{}' cannot be sent over XML-RPC: {}",
                                 keyword, library, e.what()));
     }
@@ -468,13 +531,13 @@ HttpLimits http_limits(const config::Config& config) {
   return limits;
 }
 }  // namespace
-}  // namespace classic
+}  // namespace front
 
 ClassicFront::ClassicFront(asio::io_context& io, GatewayContext& context, const config::Config& config)
     : io_(io),
       context_(context),
       http_(io, "classic", [this](HttpRequest request) { return handle(std::move(request)); }, config.gateway.allow_from,
-            classic::http_limits(config)),
+            front::http_limits(config)),
       idle_(io.get_executor()) {
   idle_.set();
 }
@@ -487,7 +550,7 @@ void ClassicFront::serve(std::shared_ptr<asio::ip::tcp::acceptor> acceptor, std:
 
 void ClassicFront::reconfigure(const config::Config& config) {
   http_.set_allow_from(config.gateway.allow_from);
-  http_.set_limits(classic::http_limits(config));
+  http_.set_limits(front::http_limits(config));
 }
 
 asio::awaitable<bool> ClassicFront::drain(std::chrono::steady_clock::time_point deadline) {
@@ -498,20 +561,19 @@ asio::awaitable<bool> ClassicFront::drain(std::chrono::steady_clock::time_point 
 asio::awaitable<void> ClassicFront::shutdown() {
   stopping_ = true;
   http_.stop();
-  auto libraries = std::move(libraries_);
-  libraries_.clear();
-  for (auto& [name, library] : libraries) co_await library->shutdown();
+  for (auto& [name, library] : libraries_) library->stop();
+  co_return;
 }
 
-std::shared_ptr<classic::Library> ClassicFront::library(const std::string& name,
+std::shared_ptr<front::Library> ClassicFront::library(const std::string& name,
                                                         std::shared_ptr<const config::Library> settings) {
   auto& slot = libraries_[name];
-  if (!slot) slot = std::make_shared<classic::Library>(context_, io_.get_executor(), name);
+  if (!slot) slot = std::make_shared<front::Library>(context_, io_.get_executor(), name);
   return slot;
 }
 
 asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest request) {
-  using classic::fault;
+  using front::fault;
   const auto config = context_.config();
   const auto& gw = config->gateway;
   if (stopping_ || context_.draining) co_return fault("The gateway is stopping; no new calls are taken.");
@@ -524,11 +586,11 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
     }
   } count{*this};
 
-  auto requested = classic::library_in_path(request.path);
+  auto requested = front::library_in_path(request.path);
   if (!requested)
     co_return fault(fmt::format("The path {} is not a library name: a '%' escape in it is malformed.",
                                 log::printable(request.path, 200)));
-  const std::string name = requested->empty() ? classic::default_library(*config) : *requested;
+  const std::string name = requested->empty() ? front::default_library(*config) : *requested;
   auto route = context_.router.resolve(name);
   if (!route.library) {
     std::string names;
@@ -536,7 +598,7 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
     co_return fault(fmt::format("No library '{}' is served here{}{}. The URL's path names the library: "
                                 "http://HOST:PORT/LIBRARY; \"/\" and \"/RPC2\" serve '{}'. Libraries: {}.",
                                 log::printable(name, 200), route.refused.empty() ? "" : ": ", route.refused,
-                                classic::default_library(*config), names));
+                                front::default_library(*config), names));
   }
   const auto& settings = *route.library;
 
@@ -564,8 +626,8 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
     if (const auto* d = library->definition()) co_return d;
     auto instance = co_await library->take(settings.classic_instances, gw.max_pending_requests);
     struct GiveBack {
-      classic::Library& library;
-      std::shared_ptr<classic::Instance> instance;
+      front::Library& library;
+      std::shared_ptr<front::Instance> instance;
       ~GiveBack() { library.give_back(std::move(instance)); }
     } give_back{*library, instance};
     co_await instance->ensure_imported();
@@ -582,37 +644,37 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
         co_return shape("a keyword name, a list of arguments and optionally a struct of named arguments");
       std::string args = "[";
       for (const auto& a : params[1].as<xmlrpc::Array>())
-        args += (args.size() > 1 ? ", " : "") + classic::to_json_argument(classic::to_python(a));
+        args += (args.size() > 1 ? ", " : "") + rjg::classic::to_json_argument(rjg::classic::to_python(a));
       args += "]";
       std::string kwargs = "{";
       if (params.size() == 3)
         for (const auto& [key, value] : params[2].as<xmlrpc::Struct>())
-          kwargs += (kwargs.size() > 1 ? ", " : "") + classic::json_string(key) + ": " +
-                    classic::to_json_argument(classic::to_python(value));
+          kwargs += (kwargs.size() > 1 ? ", " : "") + front::json_string(key) + ": " +
+                    rjg::classic::to_json_argument(rjg::classic::to_python(value));
       kwargs += "}";
       auto instance = co_await library->take(settings.classic_instances, gw.max_pending_requests);
       struct GiveBack {
-        classic::Library& library;
-        std::shared_ptr<classic::Instance> instance;
+        front::Library& library;
+        std::shared_ptr<front::Instance> instance;
         ~GiveBack() { library.give_back(std::move(instance)); }
       } give_back{*library, instance};
       auto answer = co_await instance->run(*keyword, args, kwargs, gw.max_message_bytes);
       if (instance->imported()) library->remember(instance->definition());
-      co_return classic::xml(
-          xmlrpc::write_response(classic::keyword_result(answer, name, *keyword, gw.max_json_depth)));
+      co_return front::xml(
+          xmlrpc::write_response(front::keyword_result(answer, name, *keyword, gw.max_json_depth)));
     }
     if (method == "get_library_information") {
       if (!params.empty()) co_return shape("no parameters");
-      co_return classic::xml(xmlrpc::write_response(classic::library_information(*co_await definition())));
+      co_return front::xml(xmlrpc::write_response(front::library_information(*co_await definition())));
     }
     if (method == "get_keyword_names") {
       if (!params.empty()) co_return shape("no parameters");
       xmlrpc::Array names;
-      classic::each_object((co_await definition())->if_object(), "keywords", [&](const json::object& k) {
-        names.emplace_back(classic::string_member(k, "name"));
+      front::each_object((co_await definition())->if_object(), "keywords", [&](const json::object& k) {
+        names.emplace_back(front::string_member(k, "name"));
         return true;
       });
-      co_return classic::xml(xmlrpc::write_response(names));
+      co_return front::xml(xmlrpc::write_response(names));
     }
     if (method == "get_keyword_arguments" || method == "get_keyword_types" || method == "get_keyword_tags" ||
         method == "get_keyword_documentation") {
@@ -620,21 +682,21 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
       if (!keyword || params.size() != 1) co_return shape("a keyword name");
       const auto& d = *co_await definition();
       if (method == "get_keyword_documentation" && (*keyword == "__intro__" || *keyword == "__init__"))
-        co_return classic::xml(
-            xmlrpc::write_response(*keyword == "__intro__" ? classic::library_doc(d) : std::string()));
-      const auto* kw = classic::keyword_of(d, *keyword);
+        co_return front::xml(
+            xmlrpc::write_response(*keyword == "__intro__" ? front::library_doc(d) : std::string()));
+      const auto* kw = front::keyword_of(d, *keyword);
       if (!kw) {
         if (method == "get_keyword_documentation" || method == "get_keyword_tags" || method == "get_keyword_types")
-          co_return classic::xml(xmlrpc::write_response(method == "get_keyword_documentation" ? xmlrpc::Value("")
+          co_return front::xml(xmlrpc::write_response(method == "get_keyword_documentation" ? xmlrpc::Value("")
                                                         : method == "get_keyword_tags" ? xmlrpc::Value(xmlrpc::Array{})
                                                                                        : xmlrpc::Value(xmlrpc::Struct{})));
         co_return fault(fmt::format("Library '{}' has no keyword '{}'.", name, log::printable(*keyword, 200)));
       }
-      xmlrpc::Value answer = method == "get_keyword_arguments" ? classic::argument_spec(*kw)
-                             : method == "get_keyword_types"   ? classic::argument_types(*kw)
-                             : method == "get_keyword_tags"    ? classic::keyword_tags(*kw)
-                                                               : xmlrpc::Value(classic::string_member(*kw, "doc"));
-      co_return classic::xml(xmlrpc::write_response(answer));
+      xmlrpc::Value answer = method == "get_keyword_arguments" ? front::argument_spec(*kw)
+                             : method == "get_keyword_types"   ? front::argument_types(*kw)
+                             : method == "get_keyword_tags"    ? front::keyword_tags(*kw)
+                                                               : xmlrpc::Value(front::string_member(*kw, "doc"));
+      co_return front::xml(xmlrpc::write_response(answer));
     }
     if (method == "stop_remote_server")
       co_return fault("The gateway is not stopped by its clients: stop_remote_server is refused. Operators stop it "
@@ -643,13 +705,17 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
                                 "get_keyword_names, get_keyword_arguments, get_keyword_types, get_keyword_tags, "
                                 "get_keyword_documentation and run_keyword.",
                                 log::printable(method, 200)));
-  } catch (const classic::ValueError& e) {
+  } catch (const rjg::classic::ValueError& e) {
     log::info("classic: {} on library {} from {}: an argument cannot be passed on: {}", call.method, name,
               request.peer, e.what());
     co_return fault(fmt::format("Library '{}': an argument cannot be passed to the library: {}", name, e.what()));
-  } catch (const classic::Failure& e) {
+  } catch (const front::Failure& e) {
     log::warn("classic: {} on library {} from {} failed: {}", call.method, name, request.peer, e.what());
     co_return fault(fmt::format("Library '{}': {}", name, e.what()));
+  } catch (const std::exception& e) {
+    // A bug (or bad_alloc): still an XML-RPC answer, never an HTTP error the client cannot read.
+    log::error("bug: classic: {} on library {} from {}: {}", call.method, name, request.peer, e.what());
+    co_return fault(fmt::format("Library '{}': internal error in the gateway: {}", name, e.what()));
   }
 }
 

@@ -12,7 +12,7 @@
 //
 // Methods: get_library_information, get_keyword_names, get_keyword_arguments, get_keyword_types,
 // get_keyword_tags, get_keyword_documentation (with __intro__ and __init__), run_keyword(name, args[,
-// kwargs]). Values are mapped as gateway/classic_values.hpp says; the logs a worker sends while a keyword
+// kwargs]). Values are mapped as common/xmlrpc/classic_values.hpp says; the logs a worker sends while a keyword
 // runs come back in `output` with Robot's *LEVEL* markers, in order.
 #pragma once
 
@@ -30,7 +30,7 @@
 
 namespace rjg::gateway {
 
-namespace classic {
+namespace front {
 class Library;  // classic.cpp
 }
 
@@ -61,7 +61,7 @@ class ClassicFront {
   asio::awaitable<std::optional<HttpResponse>> handle(HttpRequest request);
 
  private:
-  std::shared_ptr<classic::Library> library(const std::string& name, std::shared_ptr<const config::Library> settings);
+  std::shared_ptr<front::Library> library(const std::string& name, std::shared_ptr<const config::Library> settings);
 
   asio::io_context& io_;
   GatewayContext& context_;
@@ -69,7 +69,7 @@ class ClassicFront {
   bool stopping_ = false;
   std::size_t calls_ = 0;  // requests being handled
   AsyncEvent idle_;        // set while calls_ is 0
-  std::map<std::string, std::shared_ptr<classic::Library>> libraries_;  // by the name imported
+  std::map<std::string, std::shared_ptr<front::Library>> libraries_;  // by the name imported
 };
 
 }  // namespace rjg::gateway

@@ -529,7 +529,9 @@ asio::awaitable<void> Server::shutdown(std::function<void()> drain_begun) {
     sessions_gone_.reset();
     if (!co_await sessions_gone_.wait_until(deadline)) break;
   }
-  if (classic_ && !co_await classic_->drain(deadline))
+  bool classic_drained = true;  // not `!classic_ || co_await ...`: GCC 12 and co_await in a condition
+  if (classic_) classic_drained = co_await classic_->drain(deadline);
+  if (!classic_drained)
     log::warn("draining: {} classic Remote calls still running after drain_timeout; ending them",
               classic_->calls_running());
   std::string why;

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -172,7 +173,10 @@ class MemoryTest : public GatewayTest, public ::testing::WithParamInterface<bool
     EXPECT_LE(peak, baseline_ + bound) << "peak RSS " << peak / kKiB << " KiB; baseline " << baseline_ / kKiB
                                        << " KiB + formula " << bound / kKiB << " KiB";
     if (s.defaults) {
-      EXPECT_LT(peak, 128 * kMiB) << "peak RSS " << peak / kKiB << " KiB with the defaults";
+      // What the gateway took on top of what it had at start: under ASan the baseline itself is some 75 MB
+      // of the sanitizer's own (and grows with the binary), so an absolute bound would measure ASan.
+      EXPECT_LT(peak - std::min(peak, baseline_), 96 * kMiB)
+          << "peak RSS " << peak / kKiB << " KiB with the defaults; baseline " << baseline_ / kKiB << " KiB";
     }
     std::cerr << fmt::format("[ memory ] {}: baseline {} KiB, peak {} KiB, formula allows {} KiB more\n",
                              s.defaults ? "defaults" : "tight settings", baseline_ / kKiB, peak / kKiB, bound / kKiB);

@@ -30,7 +30,7 @@
 #include <string>
 #include <string_view>
 
-namespace rjg::gateway::classic {
+namespace rjg::classic {
 
 // A value that cannot be carried across; what() names where ("args[2][0]: ...") and why.
 struct ValueError : std::runtime_error {
@@ -63,8 +63,4 @@ xmlrpc::Value to_xmlrpc(const pickle::PyValue& value);
 // else as Python's repr() ("None", "True", "[1, 2]").
 std::string default_text(const pickle::PyValue& value);
 
-// Whether XML 1.0 can carry the text (valid UTF-8 without C0 controls other than tab, LF, CR, and without
-// U+FFFE and U+FFFF).
-bool xml_safe(std::string_view utf8);
-
-}  // namespace rjg::gateway::classic
+}  // namespace rjg::classic

@@ -1,4 +1,4 @@
-#include "gateway/classic_values.hpp"
+#include "common/xmlrpc/classic_values.hpp"
 
 #include "common/log.hpp"
 #include "common/protocol/json_text.hpp"
@@ -12,10 +12,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <cstdio>
 #include <type_traits>
+#include <unordered_map>
 
-namespace rjg::gateway::classic {
+namespace rjg::classic {
 namespace json = boost::json;
 using pickle::PyValue;
 
@@ -24,17 +24,30 @@ template <class... F>
 struct Overloaded : F... {
   using F::operator()...;
 };
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;  // clang 14 (the fuzz build) does not deduce it for aggregates
 
-// "20240102T03:04:05" (xmlrpc.client's form; also "2024-01-02T03:04:05" and a trailing "Z" or fraction
-// are read by Python's datetime.strptime-free parser only in the basic form, so the basic form is all).
-std::optional<pickle::PyDateTime> parse_datetime(std::string_view text) {
-  int y, mo, d, h, mi, s;
-  char tail = 0;
-  const std::string copy(text);
-  if (std::sscanf(copy.c_str(), "%4d%2d%2dT%2d:%2d:%2d%c", &y, &mo, &d, &h, &mi, &s, &tail) != 6) return std::nullopt;
-  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 59) return std::nullopt;
+// "20240102T03:04:05", exactly as xmlrpc.client writes it and reads it (strptime "%Y%m%dT%H:%M:%S"), and a
+// date that exists; anything else stays the text.
+std::optional<pickle::PyDateTime> parse_datetime(std::string_view t) {
+  if (t.size() != 17 || t[8] != 'T' || t[11] != ':' || t[14] != ':') return std::nullopt;
+  auto number = [&](std::size_t at, std::size_t n) -> int {
+    int v = 0;
+    for (std::size_t i = at; i < at + n; ++i) {
+      if (t[i] < '0' || t[i] > '9') return -1;
+      v = v * 10 + (t[i] - '0');
+    }
+    return v;
+  };
+  const int y = number(0, 4), mo = number(4, 2), d = number(6, 2), h = number(9, 2), mi = number(12, 2),
+            s = number(15, 2);
+  if (y < 1 || mo < 1 || mo > 12 || d < 1 || h < 0 || h > 23 || mi < 0 || mi > 59 || s < 0 || s > 59)
+    return std::nullopt;
+  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  if (d > kDays[mo - 1] + (mo == 2 && leap ? 1 : 0)) return std::nullopt;
   pickle::PyDateTime dt;
-  dt.year = y, dt.month = mo, dt.day = d, dt.hour = h, dt.minute = mi, dt.second = s, dt.microsecond = 0;
+  dt.year = y, dt.month = mo, dt.day = d, dt.hour = h, dt.minute = mi, dt.second = s;
   return dt;
 }
 
@@ -85,54 +98,15 @@ json::value json_form(const PyValue& value) {
                     value.v);
 }
 
-// Calls f with each code point of UTF-8 text; false (part way through) when the text is not valid UTF-8.
-template <class F>
-bool each_code_point(std::string_view s, F&& f) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  std::size_t i = 0, n = s.size();
-  while (i < n) {
-    unsigned c = p[i], cp;
-    std::size_t more;
-    if (c < 0x80) cp = c, more = 0;
-    else if ((c & 0xe0) == 0xc0 && c >= 0xc2) cp = c & 0x1f, more = 1;
-    else if ((c & 0xf0) == 0xe0) cp = c & 0x0f, more = 2;
-    else if ((c & 0xf8) == 0xf0 && c <= 0xf4) cp = c & 0x07, more = 3;
-    else return false;
-    if (n - i <= more) return false;
-    for (std::size_t k = 1; k <= more; ++k) {
-      if ((p[i + k] & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (p[i + k] & 0x3f);
-    }
-    if ((more == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (more == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-      return false;
-    f(cp);
-    i += more + 1;
-  }
-  return true;
-}
-
 // A str XML cannot carry, as a classic server sends it: its Latin-1 bytes when it has them, else UTF-8.
 xmlrpc::Value text_value(const std::string& s) {
-  if (xml_safe(s)) return xmlrpc::Value(s);
-  std::string latin1;
-  bool fits = true;
-  const bool valid = each_code_point(s, [&](unsigned cp) {
-    if (cp < 256) latin1 += static_cast<char>(cp);
-    else fits = false;
-  });
-  return xmlrpc::Value(xmlrpc::Binary{valid && fits ? std::move(latin1) : s});
+  if (xmlrpc::xml_safe(s)) return xmlrpc::Value(s);
+  auto latin1 = xmlrpc::to_latin1(s);
+  return xmlrpc::Value(xmlrpc::Binary{latin1 ? std::move(*latin1) : s});
 }
 
 std::string two(int v) { return fmt::format("{:02}", v); }
 }  // namespace
-
-bool xml_safe(std::string_view utf8) {
-  bool safe = true;
-  const bool valid = each_code_point(utf8, [&](unsigned cp) {
-    if ((cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r') || cp == 0xfffe || cp == 0xffff) safe = false;
-  });
-  return valid && safe;
-}
 
 PyValue to_python(const xmlrpc::Value& value) {
   return std::visit(Overloaded{
@@ -180,7 +154,7 @@ class Builder final : public jsontext::Visitor {
       : text_(text), path_(path), limits_(limits) {}
 
   bool begin(jsontext::Kind container, std::size_t) override {
-    open_.push_back(Open{container == jsontext::Kind::array ? PyValue{pickle::PyList{}} : PyValue{pickle::PyDict{}}, {}, where()});
+    open_.push_back(Open{container == jsontext::Kind::array ? PyValue{pickle::PyList{}} : PyValue{pickle::PyDict{}}, {}, where(), {}});
     return true;
   }
   bool key(jsontext::Slice literal) override {
@@ -221,6 +195,7 @@ class Builder final : public jsontext::Visitor {
     PyValue value;  // a PyList or a PyDict
     std::string key;
     std::string path;
+    std::unordered_map<std::string, std::size_t> index;  // a dict's keys: where each is in items
   };
 
   std::string where() const {
@@ -241,13 +216,11 @@ class Builder final : public jsontext::Visitor {
       return true;
     }
     auto& items = std::get<pickle::PyDict>(top.value.v).items;
-    PyValue key{std::move(top.key)};
-    for (auto& item : items)
-      if (item.first == key) {
-        item.second = std::move(value);
-        return true;
-      }
-    items.emplace_back(std::move(key), std::move(value));
+    if (auto [it, fresh] = top.index.try_emplace(top.key, items.size()); !fresh) {
+      items[it->second].second = std::move(value);
+      return true;
+    }
+    items.emplace_back(PyValue{std::move(top.key)}, std::move(value));
     return true;
   }
 
@@ -309,7 +282,7 @@ xmlrpc::Value to_xmlrpc(const PyValue& value) {
                             // Keys are str() of the key, as PythonRemoteServer makes them; a key XML
                             // cannot carry has its unsafe characters replaced (a name cannot be base64).
                             std::string key = pickle::py_str(k);
-                            if (!xml_safe(key)) key = log::printable(key, key.size() * 4 + 16);
+                            if (!xmlrpc::xml_safe(key)) key = log::printable(key, key.size() * 4 + 16);
                             out.emplace_back(std::move(key), to_xmlrpc(v));
                           }
                           return xmlrpc::Value(std::move(out));
@@ -330,4 +303,4 @@ std::string default_text(const PyValue& value) {
   return pickle::py_repr(value);
 }
 
-}  // namespace rjg::gateway::classic
+}  // namespace rjg::classic
