@@ -261,6 +261,19 @@ class Loader {
       reader_.problem(table.get("upstream_name")->source(),
                       fmt::format("'{}.upstream_name' is set without 'upstream'; expected it only with an upstream", prefix));
     if (!upstream || command) return;
+    if (!library.classic_upstream.empty()) {
+      // A classic remote server: a bridge worker process speaks to it (workers/classic_bridge), so every
+      // process setting applies to that process. The URL names the library: no upstream_name.
+      if (const auto* node = table.get("upstream_name"))
+        reader_.problem(node->source(), fmt::format("'{}.upstream_name' does not apply to a classic remote server "
+                                                    "(http://): its URL names the one library it serves; expected "
+                                                    "it removed",
+                                                    prefix));
+      library.command = {"robot-classic-bridge", "--url", library.classic_upstream, "--name", "{library}",
+                         "--connect-timeout",
+                         fmt::format("{}", std::chrono::duration<double>(library.connect_timeout).count())};
+      return;
+    }
     for (std::string_view key : {"isolation", "prewarm", "prewarm_import", "rlimits", "env", "cwd"}) {
       if (const auto* node = table.get(key))
         reader_.problem(node->source(),

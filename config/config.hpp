@@ -61,6 +61,9 @@ struct Library {
   // for the imported name); empty: `command`.
   std::string upstream;
   std::string upstream_name;  // the name imported on the upstream; empty: the imported name
+  // upstream = "http://...": a classic remote server (XML-RPC over HTTP), reached through a bridge worker
+  // process the gateway starts (command is set to run it); `upstream` stays empty, as a process serves it.
+  std::string classic_upstream;
   Duration connect_timeout{std::chrono::seconds(10)};
   // Glob entries: names refused; none: kDefaultDeny.
   std::optional<std::vector<std::string>> deny;

@@ -320,11 +320,16 @@ void load_upstream(Reader& reader, const toml::node& node, const std::string& ke
   // "{library}" stands for the imported name: checked here with a name in its place.
   std::string probe = *text;
   for (std::size_t at; (at = probe.find("{library}")) != std::string::npos;) probe.replace(at, 9, "name");
-  if (!parse_upstream_address(probe, &why))
+  auto address = parse_upstream_address(probe, &why);
+  if (!address)
     return reader.problem(node.source(), fmt::format("'{}' = \"{}\" is not an upstream address: {}; expected "
-                                                     "\"tcp://HOST:PORT\", such as \"tcp://bench-pc-7:8270\"",
+                                                     "\"tcp://HOST:PORT\", such as \"tcp://bench-pc-7:8270\", or a "
+                                                     "classic remote server, \"http://HOST:PORT[/PATH]\"",
                                                      key, *text, why));
-  library.upstream = *text;
+  if (address->http)
+    library.classic_upstream = *text;
+  else
+    library.upstream = *text;
 }
 
 void load_upstream_name(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
@@ -699,11 +704,14 @@ const std::vector<Key<Library>>& library_keys() {
         {.name = "upstream",
          .type = "string",
          .default_text = "none",
-         .range = "`tcp://HOST:PORT`; exactly one of `command` and `upstream`",
+         .range = "`tcp://HOST:PORT` or `http://HOST:PORT[/PATH]`; exactly one of `command` and `upstream`",
          .doc = "Instead of a worker process: a server of the protocol elsewhere (the reference server, another "
                 "gateway, a library with `--tcp`). Each import opens its own connection, resolved at connect time. "
                 "`{library}` is replaced by the imported name. `isolation`, `prewarm`, `prewarm_import`, `rlimits`, "
-                "`env` and `cwd` do not apply (in this table: an error; from `[defaults]`: ignored).",
+                "`env` and `cwd` do not apply (in this table: an error; from `[defaults]`: ignored). "
+                "`http://`: a classic remote server (XML-RPC, Robot's `Remote` protocol), reached through a bridge "
+                "worker process (`robot-classic-bridge`) that the gateway starts like any worker, so those keys do "
+                "apply; see \"Classic remote servers behind the gateway\".",
          .load = load_upstream},
         {.name = "upstream_name",
          .type = "string",

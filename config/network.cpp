@@ -91,11 +91,23 @@ std::optional<UpstreamAddress> parse_upstream_address(std::string_view text, std
     if (why) *why = std::move(reason);
     return std::nullopt;
   };
-  constexpr std::string_view kScheme = "tcp://";
-  if (!text.starts_with(kScheme)) return fail("it does not start with tcp://");
-  std::string_view rest = text.substr(kScheme.size());
   UpstreamAddress address;
   address.text = std::string(text);
+  std::string_view rest;
+  if (text.starts_with("tcp://")) {
+    rest = text.substr(6);
+  } else if (text.starts_with("http://")) {
+    address.http = true;
+    rest = text.substr(7);
+    if (auto slash = rest.find('/'); slash != std::string_view::npos) {
+      address.path = std::string(rest.substr(slash));
+      rest = rest.substr(0, slash);
+      for (char c : address.path)
+        if (c <= ' ' || c > '~') return fail("the path has a space or a character that is not printable ASCII");
+    }
+  } else {
+    return fail("it does not start with tcp:// or http://");
+  }
   std::string_view port_text;
   if (!rest.empty() && rest.front() == '[') {
     auto close = rest.find(']');

@@ -52,12 +52,15 @@ struct Network {
 // Returns nullopt if invalid, and says why in *why when given.
 std::optional<ListenAddress> parse_listen_address(std::string_view text, std::string* why = nullptr);
 
-// Where an upstream library server listens: "tcp://HOST:PORT" with HOST a name (resolved at each connect),
-// an IPv4 address or [IPv6]; PORT 1-65535.
+// Where an upstream library server listens: "tcp://HOST:PORT" (a server of the protocol) or
+// "http://HOST:PORT[/PATH]" (a classic remote server, XML-RPC over HTTP), with HOST a name (resolved at
+// each connect), an IPv4 address or [IPv6]; PORT 1-65535; PATH printable ASCII without spaces.
 struct UpstreamAddress {
   std::string host;  // without brackets
   unsigned short port = 0;
   std::string text;  // as written
+  bool http = false;
+  std::string path;  // http: "/PATH" as written, or "" when the URL has none
 };
 std::optional<UpstreamAddress> parse_upstream_address(std::string_view text, std::string* why = nullptr);
 

@@ -39,7 +39,7 @@ std::string reference_markdown() {
          table(detail::admin_keys(), false) +
          "\n### `[classic]` (optional table)\n\n"
          "The front for Robot Framework's classic `Remote` library (XML-RPC over HTTP): see \"Classic Remote "
-         "clients\". Off when the table is absent.\n\n" +
+         "clients and servers\". Off when the table is absent.\n\n" +
          table(detail::classic_keys(), false) +
          "\n### `[[library]]` (one or more tables)\n\n"
          "Keys that each `[[library]]` sets for itself:\n\n" +

@@ -760,7 +760,8 @@ TEST_F(UpstreamConfigTest, WorkerOnlySettingsFromDefaultsAreIgnoredForAnUpstream
 }
 
 TEST_F(UpstreamConfigTest, BadUpstreamValues) {
-  RJG_EXPECT_REFUSED(check("[[library]]\nname = \"Bench\"\nupstream = \"http://127.0.0.1:8270\"\n"), "upstream");
+  RJG_EXPECT_REFUSED(check("[[library]]\nname = \"Bench\"\nupstream = \"ftp://127.0.0.1:8270\"\n"), "upstream");
+  RJG_EXPECT_REFUSED(check("[[library]]\nname = \"Bench\"\nupstream = \"http://127.0.0.1\"\n"), "upstream");
   RJG_EXPECT_REFUSED(check("[[library]]\nname = \"Bench\"\nupstream = \"tcp://127.0.0.1\"\n"), "upstream");
   RJG_EXPECT_REFUSED(check(fmt::format("[[library]]\nname = \"Bench\"\ncommand = [{}]\nupstream_name = \"X\"\n",
                                        worker())),

@@ -1611,11 +1611,37 @@ command = ["robot-example-calculator"]
   EXPECT_EQ(config.libraries.at(1).import_name(), "");
 }
 
+TEST_F(ConfigTest, ClassicUpstreamsRunTheBridgeWorker) {
+  auto config = load(R"([[library]]
+name = "Bench"
+upstream = "http://bench-pc-7:8270/Instruments"
+connect_timeout = "2.5s"
+isolation = "shared"
+[[library]]
+name = "Lab*"
+upstream = "http://lab:8270/{library}"
+)");
+  const auto& bench = config.libraries.at(0);
+  // A process serves it: not an upstream of the protocol, and process settings apply.
+  EXPECT_FALSE(bench.is_upstream());
+  EXPECT_EQ(bench.isolation, rjg::config::Isolation::shared);
+  EXPECT_EQ(bench.classic_upstream, "http://bench-pc-7:8270/Instruments");
+  EXPECT_EQ(bench.command, (std::vector<std::string>{"robot-classic-bridge", "--url", "http://bench-pc-7:8270/Instruments",
+                                                     "--name", "Bench", "--connect-timeout", "2.5"}));
+  const auto lab = rjg::config::concrete(config.libraries.at(1), "Lab3");
+  EXPECT_EQ(lab.command.at(2), "http://lab:8270/Lab3");
+  EXPECT_EQ(lab.command.at(4), "Lab3");
+}
+
 TEST_F(ConfigTest, UpstreamMistakesAreNamed) {
   expect_one_problem("[[library]]\nname = \"A\"\ncommand = [\"x\"]\nupstream = \"tcp://h:1\"\n", 4,
                      {"upstream", "command", "exactly one"});
   expect_one_problem("[[library]]\nname = \"A\"\n", 1, {"no 'command'", "upstream"});
-  expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"http://h:1\"\n", 3, {"upstream", "tcp://"});
+  expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"ftp://h:1\"\n", 3, {"upstream", "tcp://", "http://"});
+  expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"http://h\"\n", 3, {"upstream", "port"});
+  expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"http://h:1/a b\"\n", 3, {"upstream", "path"});
+  expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"http://h:1\"\nupstream_name = \"B\"\n", 4,
+                     {"upstream_name", "classic remote server"});
   expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"tcp://h:0\"\n", 3, {"port"});
   expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"tcp://h:1\"\nisolation = \"shared\"\n", 4,
                      {"isolation", "does not apply to an upstream"});

@@ -6,6 +6,7 @@
 #include "common/protocol/framing.hpp"
 #include "common/protocol/protocol.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -33,6 +34,7 @@ using rjg::sdk::Arg;
 using rjg::sdk::ArgKind;
 using rjg::sdk::Call;
 using rjg::sdk::ErrorMode;
+using rjg::sdk::ImportContext;
 using rjg::sdk::KeywordError;
 using rjg::sdk::Library;
 using rjg::sdk::Session;
@@ -474,6 +476,25 @@ TEST(SessionProtocol, UnknownTokenAndUnknownKeyword) {
   EXPECT_EQ(error_message(d.run(token, "Nope")),
             "No keyword named 'Nope' in library 'Probe'. Available: Add, Echo, Nothing, Fail, Throw, Chatty, Count, "
             "Import Args, Raw.");
+}
+
+TEST(SessionProtocol, DynamicKeywordsAreDescribedAtImportAndReachTheirBody) {
+  // An adapter learns its keywords when imported: the import hook describes them, and every name that is
+  // not registered reaches one body, with the texts as sent.
+  Library lib("Probe");
+  lib.on_import([](ImportContext& context) {
+    context.extra_result["definition"] = json::object{{"name", "Probe"}, {"keywords", json::array{json::object{{"name", "Far Away"}}}}};
+  });
+  lib.dynamic_keywords([](Call& c) -> json::value {
+    c.return_raw(fmt::format(R"({{"called": {}, "args": {}}})", json::serialize(json::value(c.keyword())), c.args_text()));
+    return nullptr;
+  });
+  Driver d(lib);
+  d.initialize();
+  auto reply = d.answer("imp", protocol::kImportLibrary, json::object{{"name", "Probe"}});
+  EXPECT_EQ(reply.at("result").at("definition").at("keywords").at(0).at("name"), "Far Away");
+  const std::string token(reply.at("result").at("token").as_string());
+  EXPECT_EQ(d.run(token, "Far Away", {1, "x"}).at("result"), json::parse(R"({"called": "Far Away", "args": [1,"x"]})"));
 }
 
 TEST(SessionProtocol, LogsArriveBeforeTheResponse) {

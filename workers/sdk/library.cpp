@@ -92,6 +92,11 @@ Library& Library::raw_keyword(std::string name, std::string doc, KeywordBody bod
   return *this;
 }
 
+Library& Library::dynamic_keywords(KeywordBody body) {
+  dynamic_body_ = std::move(body);
+  return *this;
+}
+
 Library& Library::on_import(std::function<void(ImportContext&)> hook) {
   import_hook_ = std::move(hook);
   return *this;

@@ -268,6 +268,13 @@ class Library {
   // with a JSON-RPC error carrying the exception's message.
   Library& on_import(std::function<void(ImportContext&)> hook);
 
+  // Keywords the library learns only when it is imported (an adapter to another server): a call of a
+  // name that is not registered reaches `body` as a raw keyword (Call::keyword() is the name called,
+  // Call::args_text()/kwargs_text() what was sent), and the import hook describes them by setting
+  // ImportContext::extra_result["definition"].
+  Library& dynamic_keywords(KeywordBody body);
+  const KeywordBody& dynamic_body() const { return dynamic_body_; }
+
   // Called with the params of robot/initialize before it is answered; returning false leaves the
   // request unanswered. Meant for fault injection (delays, hangs) in tests.
   Library& on_initialize(std::function<bool(const json::value& params)> hook);
@@ -300,6 +307,7 @@ class Library {
   std::vector<Keyword> keywords_;
   std::function<void(ImportContext&)> import_hook_;
   std::function<bool(const json::value&)> initialize_hook_;
+  KeywordBody dynamic_body_;
   std::string server_name_;
 };
 

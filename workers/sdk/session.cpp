@@ -207,6 +207,13 @@ std::string Session::run_keyword(const Message& m, const params::RunKeyword& p) 
   if (instance == instances_.end())
     return error_result(fmt::format("No library '{}' found.", p.library_token), "LibraryNotFoundError");
   const Keyword* keyword = library_.find(p.name);
+  Keyword dynamic;
+  if (!keyword && library_.dynamic_body()) {
+    dynamic.name = p.name;
+    dynamic.body = library_.dynamic_body();
+    dynamic.raw = true;
+    keyword = &dynamic;
+  }
   if (!keyword)
     return error_result(fmt::format("No keyword named '{}' in library '{}'. Available: {}.", p.name, library_.name(),
                                     keyword_names(library_)),

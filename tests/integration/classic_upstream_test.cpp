@@ -1,0 +1,163 @@
+// A classic remote server behind the gateway (upstream = "http://..."), end to end: Python's own
+// xmlrpc.server implementing the remote API as the User Guide describes it (classic_server.py), the
+// gateway starting its bridge worker (robot-classic-bridge), and a JSON-RPC client importing the library
+// and running keywords: definitions from get_library_information and from the older per-keyword
+// methods, arguments and results of every kind, logs in order before the answer, failures with their
+// modes, and a server that is not there. Nothing is timed: every wait is a bound.
+#include "tests/integration/gateway_test.hpp"
+
+#include "common/pickle/pickle_value.hpp"
+
+#include <fmt/format.h>
+
+namespace rjg::test {
+namespace {
+
+const std::string kServer = std::string(RJG_TEST_SOURCE_DIR) + "/classic_server.py";
+
+class ClassicUpstreamTest : public GatewayTest {
+ protected:
+  // Starts the classic server (its port is written to a file once it listens) and a gateway whose library
+  // "Classic" is that server.
+  void start_with_server(std::vector<std::string> server_args = {}, std::string library_toml = {}) {
+    const auto python = find_program("python3");
+    ASSERT_TRUE(python) << "python3 is not installed (deploy/install-deps.sh installs it)";
+    port_file_ = dir_.path() / "port";
+    std::vector<std::string> argv{*python, kServer, port_file_.string()};
+    for (auto& a : server_args) argv.push_back(std::move(a));
+    server_.emplace();
+    server_->start(argv, dir_.path() / "server.out", dir_.path() / "server.err");
+    ASSERT_TRUE(eventually([&] { return fs::exists(port_file_); }, 20s))
+        << "the classic server did not start: " << read_file(dir_.path() / "server.err");
+    const auto port = read_file(port_file_);
+    LibrarySpec spec;
+    spec.name = "Classic";
+    spec.extra_toml = fmt::format("upstream = \"http://127.0.0.1:{}\"\n{}", port, library_toml);
+    start({spec, test_library("TestLibrary")});
+  }
+  void TearDown() override {
+    if (server_) server_->kill_and_reap();
+    GatewayTest::TearDown();
+  }
+
+  static const json::object* keyword(const json::object& definition, std::string_view name) {
+    for (const auto& k : definition.at("keywords").as_array())
+      if (k.as_object().at("name") == json::value(json::string(name))) return &k.as_object();
+    return nullptr;
+  }
+
+  TempDir dir_{"rjg-classic-server"};
+  fs::path port_file_;
+  std::optional<ChildProcess> server_;
+};
+
+TEST_F(ClassicUpstreamTest, AnImportDescribesTheServersKeywords) {
+  start_with_server();
+  auto client = connect();
+  client.initialize();
+  const auto reply = client.import_library("Classic");
+  ASSERT_TRUE(reply.ok()) << describe(reply) << gateway().log_tail();
+  const auto& definition = reply.result->at("definition").as_object();
+  EXPECT_EQ(definition.at("doc"), "A library for the gateway's tests of classic upstreams.");
+  const auto* add = keyword(definition, "add");
+  ASSERT_TRUE(add) << definition;
+  const auto& args = add->at("args").as_array();
+  ASSERT_EQ(args.size(), 4u) << *add;
+  EXPECT_EQ(args[0].at("name"), "a");
+  EXPECT_EQ(args[0].at("type"), "int");
+  EXPECT_EQ(args[0].at("kind"), "POSITIONAL_OR_NAMED");
+  EXPECT_EQ(args[1].at("name"), "b");
+  EXPECT_EQ(args[1].at("has_default"), true);
+  EXPECT_EQ(args[1].at("default"), "2");
+  EXPECT_EQ(args[2].at("kind"), "VAR_POSITIONAL");
+  EXPECT_EQ(args[3].at("kind"), "VAR_NAMED");
+  EXPECT_EQ(add->at("tags"), (json::array{"math"}));
+  EXPECT_EQ(add->at("doc"), "Adds numbers.");
+}
+
+TEST_F(ClassicUpstreamTest, AServerWithoutLibraryInformationIsAskedKeywordByKeyword) {
+  start_with_server({"--no-library-information"});
+  auto [client, token] = session("Classic");
+  auto reply = client.import_library("Classic");
+  ASSERT_TRUE(reply.ok()) << describe(reply);
+  const auto* add = keyword(reply.result->at("definition").as_object(), "add");
+  ASSERT_TRUE(add);
+  EXPECT_EQ(add->at("args").as_array().size(), 4u) << *add;
+  EXPECT_EQ(add->at("tags"), (json::array{"math"}));
+  EXPECT_EQ(keyword_value(client.run_keyword(token, "add", {1, 2, 3}, {{"x", 4}})), 10);
+}
+
+TEST_F(ClassicUpstreamTest, KeywordsArgumentsResultsLogsAndFailures) {
+  start_with_server();
+  auto [client, token] = session("Classic");
+  for (const json::value& v : {json::value("text"), json::value(42), json::value(1.5), json::value(true),
+                               json::value(json::array{1, "two"}), json::value(json::object{{"k", "v"}})}) {
+    const auto reply = client.run_keyword(token, "echo", json::array{v});
+    ASSERT_TRUE(reply.ok()) << describe(reply);
+    EXPECT_EQ(keyword_value(reply), v) << describe(reply);
+  }
+  // None comes back as "", as from every classic server.
+  EXPECT_EQ(keyword_value(client.run_keyword(token, "get_none")), "");
+  // Bytes come back as Python's pickle of bytes, as the reference server sends them.
+  const auto bytes = keyword_value(client.run_keyword(token, "get_bytes"));
+  ASSERT_TRUE(bytes.is_object() && bytes.as_object().contains("__pickled__")) << bytes;
+  auto decoded = pickle::decode_pickle_hex(bytes.at("__pickled__").as_string());
+  ASSERT_TRUE(std::holds_alternative<pickle::PyValue>(decoded)) << std::get<std::string>(decoded);
+  EXPECT_EQ(std::get<pickle::PyValue>(decoded), pickle::PyValue(pickle::PyBytes{std::string("\x00\x01\xfe\xff", 4)}));
+  // A structure holding bytes and a datetime travels pickled whole; its plain parts are there.
+  const auto structure = keyword_value(client.run_keyword(token, "get_structure"));
+  ASSERT_TRUE(structure.is_object() && structure.as_object().contains("__pickled__")) << structure;
+  auto tree = pickle::decode_pickle_hex(structure.at("__pickled__").as_string());
+  ASSERT_TRUE(std::holds_alternative<pickle::PyValue>(tree));
+  const auto text = pickle::py_repr(std::get<pickle::PyValue>(tree));
+  EXPECT_TRUE(contains(text, "'list': [1, 'two', 3.5, True]")) << text;
+  EXPECT_TRUE(contains(text, "'bytes': b'xy'")) << text;
+  EXPECT_TRUE(contains(text, "datetime.datetime(2024, 2, 29, 23, 59, 58)")) << text;
+
+  // The server's output arrives as robot/log notifications, in order, before the answer.
+  std::vector<std::pair<std::string, std::string>> logs;
+  const auto logged = client.run_keyword(token, "log_lines", {4}, {}, [&](const Message& m) {
+    const auto p = m.params();
+    logs.emplace_back(json::value_to<std::string>(p.at("level")),
+                      json::value_to<std::string>(p.at("message")) + (p.as_object().contains("html") && p.at("html") == true ? " (html)" : ""));
+  });
+  EXPECT_EQ(keyword_value(logged), 4);
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"INFO", "line 0"}, {"WARN", "line 1"}, {"DEBUG", "line 2"}, {"INFO", "line 3"}, {"INFO", "<b>bold</b> (html)"}};
+  EXPECT_EQ(logs, expected);
+
+  // Failures: the message, the traceback, and the mode.
+  const auto failed = client.run_keyword(token, "fail_with", {"boom"});
+  ASSERT_TRUE(failed.keyword_error()) << describe(failed);
+  EXPECT_EQ(failed.keyword_error()->at("message"), "ValueError: boom");
+  EXPECT_TRUE(contains(json::value_to<std::string>(failed.keyword_error()->at("traceback")), "Traceback"));
+  EXPECT_FALSE(failed.keyword_error()->contains("mode"));
+  const auto continuable = client.run_keyword(token, "fail_with", {"go on", true});
+  EXPECT_EQ(continuable.keyword_error()->at("mode"), "CONTINUABLE") << describe(continuable);
+  const auto fatal = client.run_keyword(token, "fail_with", {"stop", false, true});
+  EXPECT_EQ(fatal.keyword_error()->at("mode"), "FATAL") << describe(fatal);
+  // A keyword the server does not have: its fault's text fails the keyword.
+  const auto missing = client.run_keyword(token, "no_such_keyword");
+  ASSERT_TRUE(missing.keyword_error()) << describe(missing);
+}
+
+TEST_F(ClassicUpstreamTest, AServerThatIsGoneGivesAnErrorNamingItAndTheSessionGoesOn) {
+  start_with_server();
+  auto [client, token] = session("Classic");
+  EXPECT_EQ(keyword_value(client.run_keyword(token, "echo", {1})), 1);
+  server_->kill_and_reap();
+  const auto reply = client.run_keyword(token, "echo", {2});
+  EXPECT_EQ(reply.error_code(), protocol::kWorkerFailed) << describe(reply);
+  EXPECT_TRUE(contains(reply.error_message(), "The classic remote server at http://127.0.0.1:")) << describe(reply);
+  EXPECT_TRUE(contains(reply.error_message(), "cannot connect")) << describe(reply);
+  // The session (and its other library) carry on.
+  const auto other = open_library(client, "TestLibrary");
+  EXPECT_EQ(keyword_value(client.run_keyword(other, "Echo", {"still here"})), "still here");
+  // A new import of the library names the server too.
+  const auto again = client.import_library("Classic");
+  EXPECT_FALSE(again.ok());
+  EXPECT_TRUE(contains(again.error_message(), "classic remote server at http://127.0.0.1:")) << describe(again);
+}
+
+}  // namespace
+}  // namespace rjg::test

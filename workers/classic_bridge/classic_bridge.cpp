@@ -1,0 +1,451 @@
+// robot-classic-bridge: a classic Robot Framework remote server (XML-RPC over HTTP: PythonRemoteServer,
+// jrobotremoteserver, nrobotremote, in-house ones) served as a worker of the JSON-RPC protocol. The
+// gateway starts it for a library configured with upstream = "http://HOST:PORT[/PATH]"; it runs by hand
+// too (--tcp).
+//
+//   robot-classic-bridge --url http://HOST:PORT[/PATH] [--name NAME] [--connect-timeout SECONDS]
+//                        [--max-bytes N] [--stdio | --tcp HOST:PORT] [--log-level LEVEL]
+//
+// An import asks the server for its library information (get_library_information, or the per-keyword
+// methods of servers that predate it) and answers a definition built from it. A keyword call is the
+// server's run_keyword: its output becomes robot/log notifications (in order, before the answer, split
+// at Robot's *LEVEL* markers as Robot splits it), status FAIL the protocol's error (message, traceback,
+// CONTINUABLE or FATAL), and its return value the protocol's value (base64 as pickled bytes, dateTime as
+// a pickled datetime, arrays and structs as lists and objects; see common/xmlrpc/classic_values.hpp).
+// Every call opens a connection of its own, as Robot's Remote library does. The server cannot be asked to
+// stop a keyword: the gateway's keyword_timeout ends this process, which closes the connection.
+#include "common/log.hpp"
+#include "common/protocol/protocol.hpp"
+#include "common/xmlrpc/classic_values.hpp"
+#include "common/xmlrpc/xmlrpc.hpp"
+#include "config/network.hpp"
+#include "workers/sdk/sdk.hpp"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/json.hpp>
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+namespace json = boost::json;
+namespace sdk = rjg::sdk;
+namespace xmlrpc = rjg::xmlrpc;
+namespace classic = rjg::classic;
+namespace protocol = rjg::protocol;
+using namespace std::chrono_literals;
+
+// The server did not answer with XML-RPC: refused, unreachable, timed out, broken, not XML-RPC.
+struct TransportError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class XmlRpcServer {
+ public:
+  XmlRpcServer(rjg::config::UpstreamAddress address, std::chrono::milliseconds connect_timeout, std::size_t max_bytes)
+      : address_(std::move(address)), connect_timeout_(connect_timeout), max_bytes_(max_bytes) {}
+
+  const std::string& url() const { return address_.text; }
+
+  // One call on a connection of its own. A fault is an answer (Response::is_fault); anything else that
+  // goes wrong throws TransportError.
+  xmlrpc::Response call(std::string_view method, const xmlrpc::Array& params) {
+    asio::io_context io;
+    boost::system::error_code ec;
+    asio::ip::tcp::resolver resolver(io);
+    const auto endpoints = resolver.resolve(address_.host, std::to_string(address_.port), ec);
+    if (ec) throw TransportError(fmt::format("cannot resolve '{}': {}", address_.host, ec.message()));
+    beast::tcp_stream stream(io);
+    stream.expires_after(connect_timeout_);
+    stream.async_connect(endpoints, [&](boost::system::error_code e, const auto&) { ec = e; });
+    io.run();
+    if (ec == beast::error::timeout)
+      throw TransportError(fmt::format("no connection within {}s (connect_timeout)",
+                                       std::chrono::duration<double>(connect_timeout_).count()));
+    if (ec) throw TransportError(fmt::format("cannot connect: {}", ec.message()));
+    stream.expires_never();  // a keyword runs as long as it runs: the gateway's keyword_timeout bounds it
+
+    http::request<http::string_body> request{http::verb::post, address_.path.empty() ? "/RPC2" : address_.path, 11};
+    request.set(http::field::host, fmt::format("{}:{}", address_.host, address_.port));
+    request.set(http::field::user_agent, "robot-classic-bridge");
+    request.set(http::field::content_type, "text/xml");
+    request.body() = xmlrpc::write_call(method, params);
+    request.prepare_payload();
+    http::write(stream, request, ec);
+    if (ec) throw TransportError(fmt::format("sending {} failed: {}", method, ec.message()));
+
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.header_limit(64 * 1024);
+    parser.body_limit(max_bytes_);
+    http::read(stream, buffer, parser, ec);
+    if (ec == http::error::body_limit)
+      throw TransportError(fmt::format("its answer to {} is larger than {} bytes", method, max_bytes_));
+    if (ec) throw TransportError(fmt::format("reading its answer to {} failed: {}", method, ec.message()));
+    const auto& response = parser.get();
+    if (response.result() != http::status::ok)
+      throw TransportError(fmt::format("it answered {} with HTTP {} {}", method, response.result_int(),
+                                       std::string_view(response.reason().data(), response.reason().size())));
+    try {
+      xmlrpc::Limits limits;
+      limits.max_bytes = max_bytes_;
+      return xmlrpc::parse_response(response.body(), limits);
+    } catch (const xmlrpc::ParseError& e) {
+      throw TransportError(fmt::format("its answer to {} is not XML-RPC: {}", method, e.what()));
+    }
+  }
+
+ private:
+  rjg::config::UpstreamAddress address_;
+  std::chrono::milliseconds connect_timeout_;
+  std::size_t max_bytes_;
+};
+
+// What a call to the server that could not be made becomes: a JSON-RPC error naming the server.
+sdk::RpcError unreachable(const XmlRpcServer& server, const TransportError& e) {
+  return sdk::RpcError(protocol::kWorkerFailed,
+                       fmt::format("The classic remote server at {} failed: {}. Check that it runs and that the URL "
+                                   "(upstream) is right.",
+                                   server.url(), e.what()));
+}
+
+std::string text_of(const xmlrpc::Value& v) {
+  if (const auto* s = std::get_if<std::string>(&v.v)) return *s;
+  return rjg::pickle::py_str(classic::to_python(v));
+}
+
+// ---- Library information ----
+
+struct KeywordInfo {
+  std::string name;
+  xmlrpc::Array args{xmlrpc::Value("*args")};  // a server that does not say takes anything
+  xmlrpc::Value types;                         // a struct by argument name, or an array by position
+  xmlrpc::Array tags;
+  std::string doc;
+};
+struct LibraryInfo {
+  std::vector<KeywordInfo> keywords;
+  std::string doc;
+};
+
+void fill(KeywordInfo& kw, std::string_view field, const xmlrpc::Value& value) {
+  if (field == "args" && value.is<xmlrpc::Array>()) kw.args = value.as<xmlrpc::Array>();
+  else if (field == "types") kw.types = value;
+  else if (field == "tags" && value.is<xmlrpc::Array>()) kw.tags = value.as<xmlrpc::Array>();
+  else if (field == "doc") kw.doc = text_of(value);
+}
+
+LibraryInfo fetch_information(XmlRpcServer& server) {
+  LibraryInfo info;
+  auto everything = server.call("get_library_information", {});
+  if (!everything.is_fault && everything.value.is<xmlrpc::Struct>()) {
+    for (const auto& [name, fields] : everything.value.as<xmlrpc::Struct>()) {
+      if (name == "__init__") continue;
+      if (name == "__intro__") {
+        if (const auto* doc = fields.member("doc")) info.doc = text_of(*doc);
+        continue;
+      }
+      KeywordInfo kw;
+      kw.name = name;
+      if (fields.is<xmlrpc::Struct>())
+        for (const auto& [field, value] : fields.as<xmlrpc::Struct>()) fill(kw, field, value);
+      info.keywords.push_back(std::move(kw));
+    }
+    return info;
+  }
+  // A server older than Robot 4's get_library_information: one call per keyword and field, each with its
+  // default when the server faults (as Robot's Remote library does).
+  auto names = server.call("get_keyword_names", {});
+  if (names.is_fault)
+    throw sdk::RpcError(protocol::kWorkerFailed,
+                        fmt::format("The classic remote server at {} answered get_keyword_names with a fault: {}",
+                                    server.url(), names.fault.message));
+  if (!names.value.is<xmlrpc::Array>())
+    throw sdk::RpcError(protocol::kWorkerFailed,
+                        fmt::format("The classic remote server at {} answered get_keyword_names with no list",
+                                    server.url()));
+  for (const auto& name : names.value.as<xmlrpc::Array>()) {
+    KeywordInfo kw;
+    kw.name = text_of(name);
+    for (auto [method, field] : {std::pair{"get_keyword_arguments", "args"}, std::pair{"get_keyword_types", "types"},
+                                 std::pair{"get_keyword_tags", "tags"}, std::pair{"get_keyword_documentation", "doc"}}) {
+      auto answer = server.call(method, {xmlrpc::Value(kw.name)});
+      if (!answer.is_fault) fill(kw, field, answer.value);
+    }
+    info.keywords.push_back(std::move(kw));
+  }
+  if (auto intro = server.call("get_keyword_documentation", {xmlrpc::Value("__intro__")}); !intro.is_fault)
+    info.doc = text_of(intro.value);
+  return info;
+}
+
+// A classic argument spec ("a", "b=2", "*rest", "**named", "*", "/", or ["b", 2]) as ArgumentDefinitions.
+json::array argument_definitions(const KeywordInfo& kw) {
+  json::array out;
+  bool named_only = false;
+  std::size_t position = 0;
+  auto type_of = [&](const std::string& name) -> std::optional<std::string> {
+    if (const auto* by_name = kw.types.member(name)) return text_of(*by_name);
+    if (kw.types.is<xmlrpc::Array>() && position < kw.types.as<xmlrpc::Array>().size())
+      return text_of(kw.types.as<xmlrpc::Array>()[position]);
+    return std::nullopt;
+  };
+  for (const auto& item : kw.args) {
+    std::string spec;
+    std::optional<json::value> default_value;
+    if (const auto* pair = std::get_if<xmlrpc::Array>(&item.v); pair && !pair->empty()) {
+      spec = text_of((*pair)[0]);
+      if (pair->size() > 1)
+        default_value = json::parse(classic::to_json_argument(classic::to_python((*pair)[1])));
+    } else {
+      spec = text_of(item);
+    }
+    if (spec == "/") {
+      for (auto& arg : out) arg.as_object()["kind"] = "POSITIONAL_ONLY";
+      continue;
+    }
+    if (spec == "*") {
+      named_only = true;
+      continue;
+    }
+    json::object arg{{"required", true}};
+    std::string name = spec;
+    if (spec.starts_with("**")) {
+      name = spec.substr(2);
+      arg["kind"] = "VAR_NAMED";
+    } else if (spec.starts_with("*")) {
+      name = spec.substr(1);
+      arg["kind"] = "VAR_POSITIONAL";
+      named_only = true;
+    } else {
+      if (auto eq = spec.find('='); eq != std::string::npos && !default_value) {
+        name = spec.substr(0, eq);
+        default_value = json::value(spec.substr(eq + 1));  // a classic default is the text Robot converts
+      }
+      arg["kind"] = named_only ? "NAMED_ONLY" : "POSITIONAL_OR_NAMED";
+    }
+    arg["name"] = name;
+    if (auto type = type_of(name); type && !type->empty()) arg["type"] = *type;
+    arg["has_default"] = default_value.has_value();
+    if (default_value) arg["default"] = std::move(*default_value);
+    out.push_back(std::move(arg));
+    ++position;
+  }
+  return out;
+}
+
+json::object definition(const std::string& name, const LibraryInfo& info) {
+  json::array keywords;
+  for (const auto& kw : info.keywords) {
+    json::array tags;
+    for (const auto& tag : kw.tags) tags.emplace_back(text_of(tag));
+    keywords.emplace_back(json::object{
+        {"name", kw.name}, {"args", argument_definitions(kw)}, {"doc", kw.doc}, {"tags", std::move(tags)}});
+  }
+  return json::object{{"name", name}, {"doc", info.doc}, {"keywords", std::move(keywords)}};
+}
+
+// ---- Keyword calls ----
+
+// Robot's StdoutLogSplitter: a message starts at a *LEVEL* (or *LEVEL:TIMESTAMP*) marker at the start of
+// a line and runs to the next one; text before the first marker is INFO. Each message is stripped.
+void relay_output(sdk::Call& call, std::string_view output) {
+  static constexpr std::string_view kLevels[] = {"TRACE", "DEBUG", "INFO", "CONSOLE", "HTML", "WARN", "ERROR"};
+  // The marker at `at` (a line start): its level and its length, or nothing.
+  auto marker = [&](std::size_t at) -> std::optional<std::pair<std::string_view, std::size_t>> {
+    if (at >= output.size() || output[at] != '*') return std::nullopt;
+    for (auto level : kLevels) {
+      if (output.compare(at + 1, level.size(), level) != 0) continue;
+      std::size_t end = at + 1 + level.size();
+      if (end < output.size() && output[end] == ':') {  // a timestamp: digits, optionally a fraction
+        std::size_t digits = end + 1;
+        while (digits < output.size() && std::isdigit(static_cast<unsigned char>(output[digits]))) ++digits;
+        if (digits == end + 1) continue;
+        if (digits < output.size() && output[digits] == '.') {
+          std::size_t fraction = digits + 1;
+          while (fraction < output.size() && std::isdigit(static_cast<unsigned char>(output[fraction]))) ++fraction;
+          if (fraction > digits + 1) digits = fraction;
+        }
+        end = digits;
+      }
+      if (end < output.size() && output[end] == '*') return std::pair{level, end + 1 - at};
+    }
+    return std::nullopt;
+  };
+  auto strip = [](std::string_view s) {
+    const auto first = s.find_first_not_of(" \t\r\n");
+    if (first == std::string_view::npos) return std::string_view();
+    return s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1);
+  };
+  auto emit = [&](std::string_view level, std::string_view text) {
+    const auto message = strip(text);
+    if (message.empty()) return;
+    if (level == "HTML") call.log(message, "INFO", true);
+    else if (level == "CONSOLE") call.log(message, "INFO", false, true);
+    else call.log(message, level);
+  };
+  std::string_view level = "INFO";
+  std::size_t begin = 0;
+  for (std::size_t line = 0; line <= output.size();) {
+    if (auto m = marker(line)) {
+      emit(level, output.substr(begin, line - begin));
+      level = m->first;
+      begin = line + m->second;
+    }
+    const auto nl = output.find('\n', line);
+    if (nl == std::string_view::npos) break;
+    line = nl + 1;
+  }
+  emit(level, output.substr(begin));
+}
+
+json::value run_keyword(XmlRpcServer& server, sdk::Call& call) {
+  xmlrpc::Array params{xmlrpc::Value(call.keyword())};
+  try {
+    const auto args = classic::from_json(call.args_text().empty() ? "[]" : call.args_text(), "args");
+    const auto kwargs = classic::from_json(call.kwargs_text().empty() ? "{}" : call.kwargs_text(), "kwargs");
+    auto converted_args = classic::to_xmlrpc(args);
+    if (!converted_args.is<xmlrpc::Array>()) throw classic::ValueError("args: not a list");
+    params.push_back(std::move(converted_args));
+    auto converted_kwargs = classic::to_xmlrpc(kwargs);
+    if (!converted_kwargs.is<xmlrpc::Struct>()) throw classic::ValueError("kwargs: not an object");
+    // Robot's Remote sends the named arguments only when there are some: older servers take two params.
+    if (!converted_kwargs.as<xmlrpc::Struct>().empty()) params.push_back(std::move(converted_kwargs));
+  } catch (const classic::ValueError& e) {
+    throw sdk::KeywordError(fmt::format("An argument cannot be sent to the classic remote server: {}", e.what()),
+                            "ValueError");
+  }
+  xmlrpc::Response answer;
+  try {
+    answer = server.call("run_keyword", params);
+  } catch (const TransportError& e) {
+    throw unreachable(server, e);
+  }
+  // As Robot's Remote library: a fault fails the keyword with its text.
+  if (answer.is_fault) throw sdk::KeywordError(answer.fault.message, "RuntimeError");
+  const auto* status = answer.value.member("status");
+  if (!status)
+    throw sdk::KeywordError(fmt::format("Invalid remote result dictionary from {}: no status", server.url()),
+                            "RuntimeError");
+  if (const auto* output = answer.value.member("output")) relay_output(call, text_of(*output));
+  if (text_of(*status) != "PASS") {
+    const auto* error = answer.value.member("error");
+    const auto* traceback = answer.value.member("traceback");
+    auto flag = [&](const char* name) {
+      const auto* v = answer.value.member(name);
+      if (!v) return false;
+      if (const auto* b = std::get_if<bool>(&v->v)) return *b;
+      if (const auto* i = std::get_if<std::int64_t>(&v->v)) return *i != 0;
+      if (const auto* s = std::get_if<std::string>(&v->v)) return !s->empty();
+      return false;
+    };
+    const auto mode = flag("fatal") ? sdk::ErrorMode::fatal
+                      : flag("continuable") ? sdk::ErrorMode::continuable
+                                            : sdk::ErrorMode::unset;
+    throw sdk::KeywordError(error ? text_of(*error) : std::string(), "AssertionError",
+                            traceback ? text_of(*traceback) : std::string(), mode);
+  }
+  const auto* returned = answer.value.member("return");
+  call.return_raw(returned ? classic::to_json_argument(classic::to_python(*returned)) : "null");
+  return nullptr;
+}
+
+struct Options {
+  std::optional<rjg::config::UpstreamAddress> url;
+  std::string name = "Remote";
+  std::chrono::milliseconds connect_timeout = 10s;
+  std::size_t max_bytes = 128u * 1024 * 1024;
+};
+
+int usage(const char* program, std::string_view problem) {
+  if (!problem.empty()) std::fprintf(stderr, "%s: %.*s\n", program, static_cast<int>(problem.size()), problem.data());
+  std::fprintf(stderr,
+               "usage: %s --url http://HOST:PORT[/PATH] [--name NAME] [--connect-timeout SECONDS] [--max-bytes N]\n"
+               "       [--stdio | --tcp HOST:PORT] [--log-level LEVEL]\n"
+               "  --url URL                 the classic remote server (no path: /RPC2, as Python's client posts)\n"
+               "  --name NAME               the library's name in its definition (default Remote)\n"
+               "  --connect-timeout SECONDS how long a connection to the server may take (default 10)\n"
+               "  --max-bytes N             the largest answer read from the server (default 128 MiB)\n"
+               "%s",
+               program, sdk::serve_usage(program).c_str());
+  return 2;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  std::vector<std::string> rest;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::optional<std::string> {
+      if (i + 1 >= argc) return std::nullopt;
+      return std::string(argv[++i]);
+    };
+    if (arg == "--url") {
+      auto v = value();
+      std::string why;
+      if (!v || !(options.url = rjg::config::parse_upstream_address(*v, &why)) || !options.url->http)
+        return usage(argv[0], fmt::format("--url needs http://HOST:PORT[/PATH]{}", why.empty() ? "" : ": " + why));
+    } else if (arg == "--name") {
+      auto v = value();
+      if (!v || v->empty()) return usage(argv[0], "--name needs a name");
+      options.name = *v;
+    } else if (arg == "--connect-timeout") {
+      auto v = value();
+      char* end = nullptr;
+      const double seconds = v ? std::strtod(v->c_str(), &end) : -1;
+      if (!v || end != v->c_str() + v->size() || !(seconds > 0))
+        return usage(argv[0], "--connect-timeout needs a number of seconds above 0");
+      options.connect_timeout = std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+    } else if (arg == "--max-bytes") {
+      auto v = value();
+      char* end = nullptr;
+      const auto n = v ? std::strtoull(v->c_str(), &end, 10) : 0;
+      if (!v || end != v->c_str() + v->size() || n < 1024) return usage(argv[0], "--max-bytes needs a number of at least 1024");
+      options.max_bytes = n;
+    } else if (arg == "--help" || arg == "-h") {
+      usage(argv[0], {});
+      return 0;
+    } else {
+      rest.push_back(arg);
+    }
+  }
+  if (!options.url) return usage(argv[0], "--url is required");
+  sdk::ServeOptions serve;
+  if (auto problem = sdk::parse_serve_options(rest, serve)) return usage(argv[0], *problem);
+
+  XmlRpcServer server(*options.url, options.connect_timeout, options.max_bytes);
+  sdk::Library library(options.name, fmt::format("The classic remote server at {}.", server.url()));
+  library.server_name("robot-classic-bridge");
+  library.on_import([&](sdk::ImportContext& context) {
+    if (!context.import.args.empty() || !context.import.kw_args.empty())
+      throw sdk::RpcError(protocol::kInvalidParams,
+                          fmt::format("Library '{}' is served by the classic remote server at {}, which hosts one "
+                                      "instance of it: it takes no import arguments.",
+                                      options.name, server.url()));
+    try {
+      context.extra_result["definition"] = definition(options.name, fetch_information(server));
+    } catch (const TransportError& e) {
+      throw unreachable(server, e);
+    }
+  });
+  library.dynamic_keywords([&](sdk::Call& call) { return run_keyword(server, call); });
+  rjg::log::info("serving the classic remote server at {} as library {}", server.url(), options.name);
+  return sdk::serve(library, serve);
+}
