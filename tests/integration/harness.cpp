@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -297,8 +298,9 @@ std::string ProcessResult::describe() const {
 
 ProcessResult run_process(const std::vector<std::string>& argv, const fs::path& workdir,
                           std::chrono::milliseconds timeout) {
-  static int counter = 0;
-  ++counter;
+  // Tests run processes from several threads at once (classic_test): each run gets files of its own.
+  static std::atomic<int> runs = 0;
+  const int counter = ++runs;
   auto out_path = workdir / fmt::format("run{}.stdout", counter);
   auto err_path = workdir / fmt::format("run{}.stderr", counter);
   ChildProcess child;
