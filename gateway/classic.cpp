@@ -351,6 +351,15 @@ class Library : public std::enable_shared_from_this<Library> {
   bool stopped_ = false;
 };
 
+// An instance taken from a library, given back however the call ends.
+struct Held {
+  std::shared_ptr<Library> library;
+  std::shared_ptr<Instance> instance;
+  ~Held() {
+    if (instance) library->give_back(std::move(instance));
+  }
+};
+
 namespace {
 // ---- Library information from the library definition ----
 
@@ -624,12 +633,9 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
   // The methods that describe the library read its definition, importing it first when no call has.
   auto definition = [&]() -> asio::awaitable<const json::value*> {
     if (const auto* d = library->definition()) co_return d;
-    auto instance = co_await library->take(settings.classic_instances, gw.max_pending_requests);
-    struct GiveBack {
-      front::Library& library;
-      std::shared_ptr<front::Instance> instance;
-      ~GiveBack() { library.give_back(std::move(instance)); }
-    } give_back{*library, instance};
+    auto taken = co_await library->take(settings.classic_instances, gw.max_pending_requests);
+    front::Held held{library, std::move(taken)};
+    auto& instance = held.instance;
     co_await instance->ensure_imported();
     library->remember(instance->definition());
     co_return library->definition();
@@ -652,12 +658,9 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
           kwargs += (kwargs.size() > 1 ? ", " : "") + front::json_string(key) + ": " +
                     rjg::classic::to_json_argument(rjg::classic::to_python(value));
       kwargs += "}";
-      auto instance = co_await library->take(settings.classic_instances, gw.max_pending_requests);
-      struct GiveBack {
-        front::Library& library;
-        std::shared_ptr<front::Instance> instance;
-        ~GiveBack() { library.give_back(std::move(instance)); }
-      } give_back{*library, instance};
+      auto taken = co_await library->take(settings.classic_instances, gw.max_pending_requests);
+      front::Held held{library, std::move(taken)};
+      auto& instance = held.instance;
       auto answer = co_await instance->run(*keyword, args, kwargs, gw.max_message_bytes);
       if (instance->imported()) library->remember(instance->definition());
       co_return front::xml(

@@ -200,30 +200,6 @@ std::uint64_t saturating_add(std::uint64_t x, std::uint64_t y) {
   return x > std::numeric_limits<std::uint64_t>::max() - y ? std::numeric_limits<std::uint64_t>::max() : x + y;
 }
 
-// UTF-8 as CPython decodes BINUNICODE ("utf-8", "surrogatepass"): strict, but encoded surrogates pass.
-bool valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  std::size_t n = s.size(), i = 0;
-  while (i < n) {
-    unsigned c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t more;
-    unsigned lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) more = 1;
-    else if (c >= 0xe0 && c <= 0xef) more = 2, lo = (c == 0xe0 ? 0xa0 : 0x80);
-    else if (c >= 0xf0 && c <= 0xf4) more = 3, lo = (c == 0xf0 ? 0x90 : 0x80), hi = (c == 0xf4 ? 0x8f : 0xbf);
-    else return false;
-    if (n - i <= more) return false;
-    if (p[i + 1] < lo || p[i + 1] > hi) return false;
-    for (std::size_t k = 2; k <= more; ++k)
-      if (p[i + k] < 0x80 || p[i + k] > 0xbf) return false;
-    i += more + 1;
-  }
-  return true;
-}
 
 std::uint64_t read_le(std::string_view b) {
   std::uint64_t v = 0;
@@ -405,7 +381,7 @@ class Machine {
   }
 
   bool push_text(Kind kind, std::string_view text) {
-    if (kind == Kind::str && !valid_utf8(text)) return fail("string is not valid UTF-8");
+    if (kind == Kind::str && !valid_pickle_utf8(text)) return fail("string is not valid UTF-8");
     Value v;
     v.kind = kind;
     v.hashable = kind != Kind::bytearray;
@@ -1096,6 +1072,30 @@ std::optional<std::string> visit_pickle_strings(std::string_view in, PickleTextV
     if (is_text && !visitor.text(text, is_bytes)) return std::nullopt;
   }
   return "pickle ends without STOP";
+}
+
+bool valid_pickle_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  std::size_t n = s.size(), i = 0;
+  while (i < n) {
+    unsigned c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t more;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) more = 1;
+    else if (c >= 0xe0 && c <= 0xef) more = 2, lo = (c == 0xe0 ? 0xa0 : 0x80);
+    else if (c >= 0xf0 && c <= 0xf4) more = 3, lo = (c == 0xf0 ? 0x90 : 0x80), hi = (c == 0xf4 ? 0x8f : 0xbf);
+    else return false;
+    if (n - i <= more) return false;
+    if (p[i + 1] < lo || p[i + 1] > hi) return false;
+    for (std::size_t k = 2; k <= more; ++k)
+      if (p[i + k] < 0x80 || p[i + k] > 0xbf) return false;
+    i += more + 1;
+  }
+  return true;
 }
 
 }  // namespace rjg

@@ -37,6 +37,9 @@ struct PickleLimits {
   std::size_t max_long_bytes = 4096;  // LONG4 integers (str() of bigger ints fails in Python anyway)
 };
 
+// UTF-8 as CPython decodes a pickle's str ("utf-8", "surrogatepass"): strict, but encoded surrogates pass.
+bool valid_pickle_utf8(std::string_view s);
+
 // Checks one raw pickle under the data-only policy. nullopt: admitted. Otherwise the reason, and the
 // byte offset in the pickle of the opcode (or length field) it is about in *offset when given.
 std::optional<std::string> check_pickle_data_only(std::string_view bytes, std::size_t* offset = nullptr,

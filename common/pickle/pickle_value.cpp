@@ -45,30 +45,6 @@ void put_le(std::string& out, std::uint64_t v, int width) {
   for (int i = 0; i < width; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
-// UTF-8 as CPython decodes BINUNICODE ("utf-8", "surrogatepass"): strict, but encoded surrogates pass.
-bool valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  std::size_t n = s.size(), i = 0;
-  while (i < n) {
-    unsigned c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t more;
-    unsigned lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) more = 1;
-    else if (c >= 0xe0 && c <= 0xef) more = 2, lo = (c == 0xe0 ? 0xa0 : 0x80);
-    else if (c >= 0xf0 && c <= 0xf4) more = 3, lo = (c == 0xf0 ? 0x90 : 0x80), hi = (c == 0xf4 ? 0x8f : 0xbf);
-    else return false;
-    if (n - i <= more) return false;
-    if (p[i + 1] < lo || p[i + 1] > hi) return false;
-    for (std::size_t k = 2; k <= more; ++k)
-      if (p[i + k] < 0x80 || p[i + k] > 0xbf) return false;
-    i += more + 1;
-  }
-  return true;
-}
 
 // ---------------------------------------------------------------------------------------------------
 // Integers beyond 64 bits: magnitudes in base 2^32, least significant word first, no high zero words.
@@ -1194,7 +1170,7 @@ class Pickler {
   }
 
   void save_str(std::string_view s) {
-    if (!valid_utf8(s)) invalid(fmt::format("str '{}' is not valid UTF-8", log::printable(s, 80)));
+    if (!valid_pickle_utf8(s)) invalid(fmt::format("str '{}' is not valid UTF-8", log::printable(s, 80)));
     counted(SHORT_BINUNICODE, BINUNICODE, BINUNICODE8, s);
     memoize();
   }
@@ -1608,7 +1584,7 @@ bool printable(std::uint32_t cp) {
 std::int64_t next_code_point(std::string_view s, std::size_t& i) {
   const auto c = static_cast<unsigned char>(s[i]);
   std::size_t more = c >= 0xf0 && c <= 0xf4 ? 3 : c >= 0xe0 ? 2 : c >= 0xc2 ? 1 : 0;
-  if (more > 0 && i + more < s.size() && valid_utf8(s.substr(i, more + 1))) {
+  if (more > 0 && i + more < s.size() && valid_pickle_utf8(s.substr(i, more + 1))) {
     std::uint32_t cp = c & (0x3fu >> more);
     for (std::size_t k = 1; k <= more; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3fu);
     i += more + 1;
