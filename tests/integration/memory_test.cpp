@@ -70,12 +70,17 @@ std::uint64_t formula(const Settings& s, std::uint64_t connections, std::uint64_
   return connections * (reading + pending + writing) + workers * per_worker;
 }
 
-// A raw client socket that can send without ever reading.
+// A raw client socket that can send without ever reading. receive_buffer > 0 fixes the socket's
+// receive buffer before connecting (loopback autotuning would otherwise let it grow to tcp_rmem's
+// maximum, 32 MiB here, which a non-reading client's test would have to fill first).
 class RawClient {
  public:
-  explicit RawClient(std::uint16_t port) {
+  explicit RawClient(std::uint16_t port, int receive_buffer = 0) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd_ < 0) throw std::runtime_error(fmt::format("socket: {}", std::strerror(errno)));
+    if (receive_buffer > 0 &&
+        ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer) != 0)
+      throw std::runtime_error(fmt::format("SO_RCVBUF: {}", std::strerror(errno)));
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -111,6 +116,26 @@ class RawClient {
   }
   std::uint64_t sent() const { return sent_; }
 
+  // Reads until what arrived so far contains `needle` followed by `terminator`; returns the text
+  // between them, or nullopt at the deadline or when the peer closed first.
+  std::optional<std::string> read_between(std::string_view needle, char terminator, Clock::time_point deadline) {
+    char buf[4096];
+    for (;;) {
+      if (auto at = received_.find(needle); at != std::string::npos) {
+        const auto from = at + needle.size();
+        if (auto end = received_.find(terminator, from); end != std::string::npos)
+          return received_.substr(from, end - from);
+      }
+      if (Clock::now() >= deadline) return std::nullopt;
+      pollfd p{fd_, POLLIN, 0};
+      ::poll(&p, 1, 100);
+      ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0) received_.append(buf, static_cast<std::size_t>(n));
+      else if (n == 0) return std::nullopt;
+      else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return std::nullopt;
+    }
+  }
+
   // Reads whatever arrived and whether the peer closed; never blocks.
   bool peer_closed() {
     char buf[64 * 1024];
@@ -126,6 +151,7 @@ class RawClient {
  private:
   int fd_ = -1;
   std::uint64_t sent_ = 0;
+  std::string received_;
 };
 
 std::string request_frame(std::string_view id_json, std::string_view method, std::string_view params_json) {
@@ -295,7 +321,8 @@ TEST_P(MemoryTest, PipelinedLargeRequestsBeyondMaxPendingBytesAreRefused) {
 
 // A client that stops reading while its keyword floods logs holds a shared worker (whose logs wait for
 // that client) only until write_timeout cuts it off: then the other session's import, queued behind
-// the flood on the same worker, goes through.
+// the flood on the same worker, goes through. The flooded client's receive buffer is fixed small, so
+// 24 MB of logs are well beyond what the kernel and the gateway's write queue (4 MiB) can hold.
 TEST(WriteTimeoutTest, NonReadingClientReleasesASharedWorker) {
   ::signal(SIGPIPE, SIG_IGN);
   auto library = test_library("TestLibrary");
@@ -306,20 +333,28 @@ TEST(WriteTimeoutTest, NonReadingClientReleasesASharedWorker) {
   GatewayProcess gateway({library}, o);
   gateway.start();
 
-  RpcClient flooded = gateway.connect();
-  const std::string token = open_library(flooded, "TestLibrary");
-  // About 100 MB of logs that this client never reads.
-  flooded.send_request(protocol::kRunKeyword, json::object{{"library_token", token},
-                                                           {"name", "Log Messages"},
-                                                           {"args", json::array{100000, 1000}},
-                                                           {"kwargs", json::object{}}});
+  RawClient flooded(gateway.port(), 16 * 1024);
+  ASSERT_EQ(flooded.send(request_frame("0", protocol::kInitialize, R"({"capabilities":{}})") +
+                             encode_frame(R"({"jsonrpc":"2.0","method":"robot/initialized","params":{}})") +
+                             request_frame("1", protocol::kImportLibrary, R"({"name":"TestLibrary","args":[]})"),
+                         Clock::now() + kBound),
+            RawClient::Sent::all);
+  const auto token = flooded.read_between(R"("token":")", '"', Clock::now() + kBound);
+  ASSERT_TRUE(token) << "no import answer\n" << gateway.log_tail();
+  // About 24 MB of logs that this client never reads.
+  ASSERT_EQ(flooded.send(request_frame("2", protocol::kRunKeyword,
+                                       fmt::format(R"({{"library_token":"{}","name":"Log Messages",)"
+                                                   R"("args":[24000,1000],"kwargs":{{}}}})",
+                                                   *token)),
+                         Clock::now() + kBound),
+            RawClient::Sent::all);
   RpcClient other = gateway.connect(kBound);
   other.set_timeout(kBound);
   const std::string other_token = open_library(other, "TestLibrary");
   auto echo = other.run_keyword(other_token, "Echo", json::array{"after the flood"});
   EXPECT_TRUE(echo.ok() && echo.keyword_error() == nullptr) << describe(echo) << "\n" << gateway.log_tail();
   EXPECT_NE(gateway.log().find("(write_timeout)"), std::string::npos) << gateway.log_tail();
-  EXPECT_TRUE(flooded.wait_closed(kBound)) << "the non-reading client was not disconnected";
+  EXPECT_TRUE(eventually([&] { return flooded.peer_closed(); }, kBound)) << "the non-reading client was not disconnected";
 }
 
 // A large request checked off the loop and then refused (max_pending_bytes) leaves nothing behind that
