@@ -298,6 +298,82 @@ xmlrpc::Value to_xmlrpc(const PyValue& value) {
                     value.v);
 }
 
+namespace {
+// json.dumps's text for a dict key that is not a str (it refuses the others).
+std::string plain_key(const PyValue& key, const std::string& where) {
+  return std::visit(Overloaded{
+                        [](const std::string& s) { return s; },
+                        [](const pickle::PyNone&) { return std::string("null"); },
+                        [](bool b) { return std::string(b ? "true" : "false"); },
+                        [](std::int64_t i) { return std::to_string(i); },
+                        [&](double d) -> std::string {
+                          if (!std::isfinite(d))
+                            throw ValueError(fmt::format("{}: the key {} has no JSON form", where, pickle::py_repr(key)));
+                          return pickle::py_repr(key);
+                        },
+                        [&](const auto&) -> std::string {
+                          throw ValueError(fmt::format("{}: a dictionary key must be a string, number, boolean or "
+                                                       "None to be sent as JSON, not {}",
+                                                       where, pickle::py_repr(key)));
+                        },
+                    },
+                    key.v);
+}
+
+// "args[1]['when']": where an element sits, in Python's notation.
+std::string element_path(std::string_view path, const PyValue& key) { return fmt::format("{}[{}]", path, pickle::py_repr(key)); }
+}  // namespace
+
+json::value to_plain_json(const PyValue& value, std::string_view path) {
+  auto items = [&](const std::vector<PyValue>& in) {
+    json::array out;
+    out.reserve(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) out.push_back(to_plain_json(in[i], fmt::format("{}[{}]", path, i)));
+    return json::value(std::move(out));
+  };
+  auto refuse = [&](std::string_view what) -> json::value {
+    throw ValueError(fmt::format("{}: {} has no JSON form; send it as text or as a number instead", path, what));
+  };
+  return std::visit(Overloaded{
+                        [](const pickle::PyNone&) { return json::value(nullptr); },
+                        [](bool b) { return json::value(b); },
+                        [](std::int64_t i) { return json::value(i); },
+                        [&](const pickle::PyBigInt& b) { return refuse(fmt::format("the integer {} (beyond 64 bits)", b.decimal)); },
+                        [&](double d) { return std::isfinite(d) ? json::value(d) : refuse(pickle::py_repr(PyValue{d})); },
+                        [](const std::string& s) { return json::value(s); },
+                        [&](const pickle::PyBytes& b) { return refuse(b.bytearray ? "a bytearray" : "a bytes value"); },
+                        [&](const pickle::PyList& l) { return items(l.items); },
+                        [&](const pickle::PyTuple& t) { return items(t.items); },
+                        [&](const pickle::PySet& s) { return items(s.items); },
+                        [&](const pickle::PyDict& d) {
+                          json::object out;
+                          out.reserve(d.items.size());
+                          for (const auto& [k, v] : d.items) {
+                            const std::string where = element_path(path, k);
+                            out[plain_key(k, where)] = to_plain_json(v, where);
+                          }
+                          return json::value(std::move(out));
+                        },
+                        [](const pickle::PyDateTime& t) {
+                          // isoformat(): str() with a "T" between date and time.
+                          std::string text = pickle::py_str(PyValue{t});
+                          if (text.size() > 10 && text[10] == ' ') text[10] = 'T';
+                          return json::value(text);
+                        },
+                        [](const pickle::PyDate& d) { return json::value(pickle::py_str(PyValue{d})); },
+                        [](const pickle::PyTime& t) { return json::value(pickle::py_str(PyValue{t})); },
+                        [](const pickle::PyTimedelta& t) {
+                          return json::value(static_cast<double>(t.days) * 86400.0 + t.seconds + t.microseconds / 1e6);
+                        },
+                        [&](const pickle::PyDecimal& d) { return refuse(fmt::format("Decimal('{}')", d.text)); },
+                    },
+                    value.v);
+}
+
+json::value plain_json(std::string_view json_text, std::string_view path) {
+  return to_plain_json(from_json(json_text, path), path);
+}
+
 std::string default_text(const PyValue& value) {
   if (const auto* s = std::get_if<std::string>(&value.v)) return *s;
   return pickle::py_repr(value);

@@ -26,6 +26,8 @@
 #include "common/pickle/pickle_value.hpp"
 #include "common/xmlrpc/xmlrpc.hpp"
 
+#include <boost/json/value.hpp>
+
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -58,6 +60,17 @@ pickle::PyValue from_json(std::string_view json_text, std::string_view path, std
                           const PickleLimits& limits = kDecodeLimits);
 // A Python value as a classic remote server returns it (see above).
 xmlrpc::Value to_xmlrpc(const pickle::PyValue& value);
+
+// A Python value as plain JSON, for peers that read JSON only (the MCP and Ansible adapter workers),
+// the way Python's json.dumps writes it: None null; list, tuple, set and frozenset arrays; dict
+// (OrderedDict, DotDict) objects, keys of str, int, float, bool and None turned into text as json.dumps
+// turns them; datetime, date and time as isoformat() text; timedelta as its total seconds. What JSON
+// cannot carry throws ValueError naming `path` and the element ("args[1]['when']: bytes have no JSON
+// form ..."): bytes, Decimal, NaN and Infinity, integers beyond 64 bits, other dict keys.
+boost::json::value to_plain_json(const pickle::PyValue& value, std::string_view path);
+// A JSON text a Python client sent (its pickles decoded under the data-only policy, see from_json) as
+// plain JSON: from_json, then to_plain_json.
+boost::json::value plain_json(std::string_view json_text, std::string_view path);
 
 // A keyword argument's default in a classic argument spec ("name=default"): a str as it is, anything
 // else as Python's repr() ("None", "True", "[1, 2]").

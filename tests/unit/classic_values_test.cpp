@@ -129,3 +129,40 @@ TEST(ClassicXml, TheWriterNeverWritesWhatXmlCannotCarry) {
 }
 
 }  // namespace
+
+// Plain JSON for the adapter workers (MCP servers and Ansible modules read JSON only): a pickled
+// list or dict from a Python client becomes the JSON json.dumps would write for it.
+TEST(PlainJson, PickledContainersBecomeTheJsonPythonWouldWrite) {
+  pickle::PyDict d;
+  d.items.emplace_back(PyValue("name"), PyValue("x"));
+  d.items.emplace_back(PyValue(std::int64_t{1}), PyValue(pickle::PyTuple{{PyValue(true), PyValue()}}));
+  d.items.emplace_back(PyValue(2.5), PyValue(pickle::PySet{{PyValue(std::int64_t{3})}}));
+  d.items.emplace_back(PyValue(), PyValue(pickle::PyDateTime{2026, 12, 1, 18, 5, 0, 250}));
+  const std::string args = "[" + pickled(PyValue(d)) + ", 7, \"s\"]";
+  EXPECT_EQ(classic::plain_json(args, "args"),
+            json::parse(R"([{"name":"x","1":[true,null],"2.5":[3],"null":"2026-12-01T18:05:00.000250"},7,"s"])"));
+  EXPECT_EQ(classic::to_plain_json(PyValue(pickle::PyTimedelta{1, 30, 500000}), "v"), json::value(86430.5));
+  EXPECT_EQ(classic::to_plain_json(PyValue(pickle::PyDate{2026, 1, 2}), "v"), json::value("2026-01-02"));
+}
+
+TEST(PlainJson, WhatJsonCannotCarryIsRefusedNamingWhere) {
+  auto message = [](const PyValue& v) {
+    try {
+      classic::to_plain_json(v, "kwargs['data']");
+    } catch (const classic::ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(PyValue(pickle::PyList{{PyValue(std::int64_t{1}), PyValue(pickle::PyBytes{"ab"})}})),
+            "kwargs['data'][1]: a bytes value has no JSON form; send it as text or as a number instead");
+  pickle::PyDict d;
+  d.items.emplace_back(PyValue("k"), PyValue(std::numeric_limits<double>::quiet_NaN()));
+  EXPECT_EQ(message(PyValue(d)), "kwargs['data']['k']: nan has no JSON form; send it as text or as a number instead");
+  EXPECT_NE(message(PyValue(pickle::PyBigInt{"123456789012345678901234"})).find("beyond 64 bits"), std::string::npos);
+  pickle::PyDict tuple_key;
+  tuple_key.items.emplace_back(PyValue(pickle::PyTuple{{PyValue(std::int64_t{1})}}), PyValue());
+  EXPECT_NE(message(PyValue(tuple_key)).find("a dictionary key must be a string"), std::string::npos);
+  // A pickle outside the data-only subset never gets this far: from_json refuses it first.
+  EXPECT_THROW(classic::plain_json(R"([{"__pickled__": "80049500"}])", "args"), classic::ValueError);
+}
