@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <regex>
 #include <string>
 #include <thread>
@@ -793,6 +794,50 @@ TEST(ServeStream, BrokenOutputEndsTheSessionWithAnError) {
   ASSERT_EQ(::write(in[1], frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
   EXPECT_EQ(rjg::sdk::serve_stream(lib, in[0], out[1], "test"), 1);
   for (int fd : {in[0], in[1], out[1]}) ::close(fd);
+}
+
+// A keyword that asks to exit after its answer (an adapter whose backend died): the answer, a failure
+// here, is written first; then the session ends, its instances are destroyed, and serve_stream returns
+// the status without reading further requests.
+TEST(ServeStream, ExitAfterAnswerEndsTheSessionOnceTheAnswerIsWritten) {
+  auto destroyed = std::make_shared<std::atomic<int>>(0);
+  struct Instance {
+    explicit Instance(std::shared_ptr<std::atomic<int>> counter) : destroyed(std::move(counter)) {}
+    ~Instance() { ++*destroyed; }
+    std::shared_ptr<std::atomic<int>> destroyed;
+  };
+  Library lib{"Probe"};
+  lib.on_import([&](ImportContext& ctx) { ctx.state = std::make_shared<Instance>(destroyed); });
+  lib.keyword("Die", {}, "", [](Call& c) -> json::value {
+    c.exit_after_answer(3);
+    throw KeywordError("the backend is gone");
+  });
+  lib.keyword("Echo", {{"value"}}, "", [](Call& c) -> json::value { return c.value("value"); });
+  {
+    // In memory: the answer comes, then the session says it is done, with that status.
+    Driver driver(lib);
+    driver.initialize();
+    const auto token = driver.import();
+    EXPECT_FALSE(driver.done());
+    EXPECT_EQ(error_message(driver.run(token, "Die")), "the backend is gone");
+    EXPECT_TRUE(driver.done());
+  }
+  *destroyed = 0;
+  SocketPeer peer(lib);
+  peer.request(1, protocol::kInitialize);
+  peer.send(rjg::make_notification(protocol::kInitialized, json::object()));
+  peer.request(2, protocol::kImportLibrary, json::object{{"name", "Probe"}});
+  EXPECT_EQ(peer.next().at("id"), json::value(1));
+  const std::string token(peer.next().at("result").at("token").as_string());
+  peer.request(3, protocol::kRunKeyword, json::object{{"library_token", token}, {"name", "Die"}});
+  peer.request(4, protocol::kRunKeyword, json::object{{"library_token", token}, {"name", "Echo"}, {"args", json::array{1}}});
+  const json::value answer = peer.next();
+  EXPECT_EQ(answer.at("id"), json::value(3)) << answer;
+  EXPECT_EQ(answer.at("result").at("error").at("message"), json::value("the backend is gone")) << answer;
+  EXPECT_EQ(peer.finish(), 3);
+  EXPECT_EQ(*destroyed, 1) << "the instance was not destroyed before serve_stream returned";
+  ::shutdown(peer.server_fd(), SHUT_WR);
+  EXPECT_TRUE(peer.next().is_null()) << "request 4 must not be answered";
 }
 
 TEST(ServeOptions, Parsing) {

@@ -188,6 +188,12 @@ class Call {
   // and numbers of any size are allowed); the value the body returns is then ignored.
   void return_raw(std::string json_text) { raw_result_ = std::move(json_text); }
   const std::optional<std::string>& raw_result() const { return raw_result_; }
+  // Ends the worker once this keyword's answer (result or failure) is written: the session stops as if
+  // robot/exit had come, its instances are destroyed, and serve()/serve_stream() return `status`. For an
+  // adapter whose backend died under it: the gateway gets the failure first, then sees the exit and
+  // starts a fresh worker for the next import.
+  void exit_after_answer(int status) { exit_status_ = status; }
+  const std::optional<int>& exit_status() const { return exit_status_; }
   void set_texts(std::string_view args, std::string_view kwargs) {
     args_text_ = args;
     kwargs_text_ = kwargs;
@@ -208,6 +214,7 @@ class Call {
   Output& out_;
   std::string_view args_text_, kwargs_text_;
   std::optional<std::string> raw_result_;
+  std::optional<int> exit_status_;
 };
 
 template <typename T>
@@ -342,8 +349,11 @@ class Session final : private ServerMethods {
   // The same for a body already classified (a transport's reader classifies as it reads).
   void handle(const Classified& message);
 
-  // True once robot/exit was received: the transport should close the connection.
-  bool done() const { return done_; }
+  // True once robot/exit was received, or a keyword asked to exit after its answer: the transport
+  // should close the connection.
+  bool done() const { return done_ || exit_status_.has_value(); }
+  // Set when a keyword called Call::exit_after_answer: the status the process should exit with.
+  const std::optional<int>& exit_status() const { return exit_status_; }
 
  private:
   struct Instance;
@@ -373,6 +383,7 @@ class Session final : private ServerMethods {
   Output& out_;
   ServerProtocol protocol_;
   bool done_ = false;
+  std::optional<int> exit_status_;
   std::uint64_t imports_ = 0;
   std::map<std::string, std::unique_ptr<Instance>, std::less<>> instances_;
 };
@@ -394,7 +405,8 @@ std::optional<std::string> parse_serve_options(const std::vector<std::string>& a
 std::string serve_usage(std::string_view program);
 
 // Runs the library until the end: stdio returns 0 on robot/exit or end of input; TCP serves
-// connections (each its own session) until a fatal error. One I/O thread reads and writes every
+// connections (each its own session) until a fatal error. Both return the status a keyword passed to
+// Call::exit_after_answer once that keyword's answer is written. One I/O thread reads and writes every
 // stream; each session handles its messages in order on a thread of its own, so keyword bodies may
 // block while their logs go out.
 int serve(const Library& library, const ServeOptions& options);
@@ -403,8 +415,8 @@ int serve(const Library& library, int argc, char** argv);
 
 // Serves one session over the given descriptors (a pipe pair, a socket twice, even regular files)
 // until robot/exit, end of input or a broken stream. Returns 0 when the session ended normally, 1 on
-// a framing or I/O error. Blocking; the descriptors stay the caller's. Used by the stdio transport
-// and by tests.
+// a framing or I/O error, or the status of Call::exit_after_answer. Blocking; the descriptors stay
+// the caller's. Used by the stdio transport and by tests.
 int serve_stream(const Library& library, int in_fd, int out_fd, std::string_view peer = "stdio");
 
 }  // namespace rjg::sdk

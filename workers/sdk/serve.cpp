@@ -31,6 +31,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <future>
@@ -111,6 +112,9 @@ class Connection final : public Output {
     co_await reader_done_.wait();
     co_return exit_code_;
   }
+
+  // True when run() returned the status a keyword asked the process to exit with.
+  bool exit_requested() const { return exit_requested_; }
 
   // Output: from the session thread, or any thread of the library. Returns once written.
   void send(std::string_view json_text) override { transmit(std::string(json_text), true); }
@@ -229,6 +233,13 @@ class Connection final : public Output {
           if (std::exchange(reader_waiting_, false)) asio::post(executor_, [this] { room_.set(); });
         }
         session.handle(item->message);
+        if (const auto& status = session.exit_status()) {
+          // The answer is written (send() returns once it is): only now may the process go.
+          log::info("{}: exiting with status {}, as the library asked after its last answer", peer_, *status);
+          exit_code = *status;
+          exit_requested_ = true;
+          break;
+        }
         if (session.done()) {
           log::debug("{}: robot/exit received", peer_);
           break;
@@ -259,6 +270,7 @@ class Connection final : public Output {
   bool reader_waiting_ = false;
 
   std::atomic<bool> broken_{false};  // a write failed
+  std::atomic<bool> exit_requested_{false};  // by a keyword (Call::exit_after_answer)
   // I/O thread only.
   AsyncEvent room_;
   AsyncEvent session_ended_;
@@ -324,6 +336,12 @@ asio::awaitable<void> serve_connection(const Library& library, tcp::socket socke
   Connection<tcp::socket> connection(library, name, std::move(socket));
   const int rc = co_await connection.run();
   log::info("{}: closed{}", name, rc == 0 ? "" : " after an error");
+  if (connection.exit_requested()) {
+    // This connection's instances are gone and its answer is written; the other connections are cut
+    // off (their sessions' threads cannot be joined from here without waiting for their keywords).
+    std::fflush(nullptr);
+    std::_Exit(rc);
+  }
 }
 
 asio::awaitable<void> accept_loop(const Library& library, tcp::acceptor& acceptor) {

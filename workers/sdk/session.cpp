@@ -220,40 +220,46 @@ std::string Session::run_keyword(const Message& m, const params::RunKeyword& p) 
                         "KeywordNotFoundError");
 
   Instance& inst = *instance->second;
-  try {
-    // A raw keyword reads the texts; nothing is parsed into a tree for it.
-    json::object bound = keyword->raw ? json::object()
-                                      : bind_arguments(library_.name(), *keyword, array_of(p, p.args),
-                                                       object_of(p, p.kwargs));
-    Call call(library_.name(), keyword->name, std::move(bound), inst.import, inst.state, out_);
-    call.set_texts(p.of(p.args), p.of(p.kwargs));
-    json::value value = keyword->body(call);
-    if (const auto& raw = call.raw_result()) {
-      auto [scanned, error] = jsontext::scan(*raw);
-      if (!scanned)
-        throw KeywordError(fmt::format("the raw result is not JSON: {} (at byte {})", error->message, error->offset),
-                           "ValueError");
-      return make_result_raw(m.id_text(), R"({"result":)" + *raw + "}");
+  std::optional<Call> call;
+  std::string answered = [&]() -> std::string {
+    try {
+      // A raw keyword reads the texts; nothing is parsed into a tree for it.
+      json::object bound = keyword->raw ? json::object()
+                                        : bind_arguments(library_.name(), *keyword, array_of(p, p.args),
+                                                         object_of(p, p.kwargs));
+      call.emplace(library_.name(), keyword->name, std::move(bound), inst.import, inst.state, out_);
+      call->set_texts(p.of(p.args), p.of(p.kwargs));
+      json::value value = keyword->body(*call);
+      if (const auto& raw = call->raw_result()) {
+        auto [scanned, error] = jsontext::scan(*raw);
+        if (!scanned)
+          throw KeywordError(fmt::format("the raw result is not JSON: {} (at byte {})", error->message, error->offset),
+                             "ValueError");
+        return make_result_raw(m.id_text(), R"({"result":)" + *raw + "}");
+      }
+      json::object result;
+      // The reference leaves `result` out for None; Robot reads a missing result as None.
+      if (!value.is_null()) result["result"] = std::move(value);
+      return answer(result);
+    } catch (const RpcError& e) {
+      log::debug("keyword '{}' answered with error {}: {}", keyword->name, e.code, e.what());
+      return make_error_raw(m.id_text(), e.code, e.what(), e.data_text);
+    } catch (const KeywordError& e) {
+      log::debug("keyword '{}' failed: {}: {}", keyword->name, e.type(), e.what());
+      return error_result(e.what(), e.type(), e.traceback(), e.mode());
+    } catch (const std::exception& e) {
+      const std::string type = demangle(typeid(e).name());
+      log::debug("keyword '{}' threw {}: {}", keyword->name, type, e.what());
+      return error_result(e.what(), type);
+    } catch (...) {
+      log::debug("keyword '{}' threw a non-standard exception", keyword->name);
+      return error_result(fmt::format("Keyword '{}' threw an exception that is not a std::exception", keyword->name),
+                          "UnknownException");
     }
-    json::object result;
-    // The reference leaves `result` out for None; Robot reads a missing result as None.
-    if (!value.is_null()) result["result"] = std::move(value);
-    return answer(result);
-  } catch (const RpcError& e) {
-    log::debug("keyword '{}' answered with error {}: {}", keyword->name, e.code, e.what());
-    return make_error_raw(m.id_text(), e.code, e.what(), e.data_text);
-  } catch (const KeywordError& e) {
-    log::debug("keyword '{}' failed: {}: {}", keyword->name, e.type(), e.what());
-    return error_result(e.what(), e.type(), e.traceback(), e.mode());
-  } catch (const std::exception& e) {
-    const std::string type = demangle(typeid(e).name());
-    log::debug("keyword '{}' threw {}: {}", keyword->name, type, e.what());
-    return error_result(e.what(), type);
-  } catch (...) {
-    log::debug("keyword '{}' threw a non-standard exception", keyword->name);
-    return error_result(fmt::format("Keyword '{}' threw an exception that is not a std::exception", keyword->name),
-                        "UnknownException");
-  }
+  }();
+  // Whether the body returned or failed, an exit it asked for comes once this answer is out.
+  if (call && call->exit_status()) exit_status_ = call->exit_status();
+  return answered;
 }
 
 void Session::on_finalize_library(const Message& m, params::FinalizeLibrary p) {
