@@ -1,0 +1,465 @@
+#include "workers/ansible/adapter.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <utility>
+
+namespace rjg::ansible {
+namespace {
+
+bool starts_with_any(std::string_view s, std::initializer_list<std::string_view> prefixes) {
+  return std::any_of(prefixes.begin(), prefixes.end(), [&](std::string_view p) { return s.starts_with(p); });
+}
+
+std::string text_of(const json::value& v) {
+  if (v.is_string()) return std::string(v.get_string());
+  return json::serialize(v);
+}
+
+std::string trim(std::string_view s) {
+  const auto first = s.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return {};
+  return std::string(s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1));
+}
+
+bool is_word(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isalnum(c) || c == '_'; });
+}
+
+constexpr std::string_view kAccepted =
+    "It takes ansible_* connection variables (ansible_host, ansible_user, ansible_port, ansible_connection, "
+    "ansible_ssh_private_key_file, ansible_python_interpreter, ...) and modules=MODULE,MODULE";
+
+std::vector<std::string> module_list(const Where& where, const json::value& value) {
+  std::vector<std::string> names;
+  if (value.is_array()) {
+    for (const auto& item : value.get_array()) {
+      if (!item.is_string())
+        throw Refused(fmt::format("{}modules= must list module names, and {} is not one.", where.prefix(),
+                                  json::serialize(item)));
+      names.push_back(trim(item.get_string()));
+    }
+  } else if (value.is_string()) {
+    std::string_view text = value.get_string();
+    for (std::size_t begin = 0; begin <= text.size();) {
+      auto comma = text.find(',', begin);
+      if (comma == std::string_view::npos) comma = text.size();
+      if (auto name = trim(text.substr(begin, comma - begin)); !name.empty()) names.push_back(std::move(name));
+      begin = comma + 1;
+    }
+  } else {
+    throw Refused(fmt::format("{}modules= takes a list of module names or a comma-separated text, not {}.",
+                              where.prefix(), json::serialize(value)));
+  }
+  std::vector<std::string> keywords{"runaction", "gatherfacts"};
+  for (const auto& name : names) {
+    check_module_name(where, name);
+    const auto key = normalize(keyword_name(name));
+    if (std::find(keywords.begin(), keywords.end(), key) != keywords.end())
+      throw Refused(fmt::format("{}modules= names '{}', whose keyword '{}' is already taken (by Run Action, Gather "
+                                "Facts or another module of the list). Run it with Run Action instead.",
+                                where.prefix(), name, keyword_name(name)));
+    keywords.push_back(key);
+  }
+  return names;
+}
+
+// Variables that make Ansible start a program of the client's choosing on this machine (an interpreter, an
+// ssh binary, ssh options such as ProxyCommand), which an allow-list of modules must not let through.
+bool names_a_program(std::string_view name) {
+  for (std::string_view suffix : {"_executable", "_interpreter", "_args", "_command"})
+    if (name.ends_with(suffix)) return true;
+  return false;
+}
+
+// Ansible's documentation markup (C(code), I(italic), B(bold), M(module), U(url), L(text,url), O(option),
+// V(value)) as Robot Framework's.
+std::string robot_doc(std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool marker = std::string_view("CIBMUOLV").find(c) != std::string_view::npos && i + 1 < text.size() &&
+                        text[i + 1] == '(' && (i == 0 || !std::isalnum(static_cast<unsigned char>(text[i - 1])));
+    const auto close = marker ? text.find(')', i + 2) : std::string_view::npos;
+    if (close == std::string_view::npos) {
+      out += c;
+      continue;
+    }
+    const auto inner = text.substr(i + 2, close - i - 2);
+    switch (c) {
+      case 'I': out += fmt::format("_{}_", inner); break;
+      case 'B': out += fmt::format("*{}*", inner); break;
+      case 'U': out += inner; break;
+      case 'L': {
+        const auto comma = inner.rfind(',');
+        out += comma == std::string_view::npos ? std::string(inner)
+                                               : fmt::format("{} ({})", trim(inner.substr(0, comma)), trim(inner.substr(comma + 1)));
+        break;
+      }
+      default: out += fmt::format("``{}``", inner);
+    }
+    i = close;
+  }
+  return out;
+}
+
+// ansible-doc gives a description as a text or a list of paragraphs.
+std::vector<std::string> paragraphs(const json::value* v) {
+  std::vector<std::string> out;
+  if (!v) return out;
+  if (v->is_string()) out.push_back(robot_doc(v->get_string()));
+  if (v->is_array())
+    for (const auto& p : v->get_array())
+      if (p.is_string()) out.push_back(robot_doc(p.get_string()));
+  return out;
+}
+
+std::string robot_type(std::string_view ansible_type) {
+  if (ansible_type == "str" || ansible_type == "path") return "str";
+  for (std::string_view same : {"int", "float", "bool", "list", "dict"})
+    if (ansible_type == same) return std::string(same);
+  return {};  // raw, jsonarg, bytes, bits, ...: Ansible converts them itself
+}
+
+json::object named_only(std::string_view name, std::string_view type, const json::value* default_value) {
+  json::object arg{{"name", name}, {"type", type}, {"kind", "NAMED_ONLY"}, {"required", true},
+                   {"has_default", default_value != nullptr}};
+  if (default_value) arg["default"] = *default_value;
+  return arg;
+}
+
+void write_yaml_string(std::string& out, std::string_view s) {
+  out += "!unsafe \"";
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02X}", c);
+    } else if (c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(s[i + 1]) <= 0x9f) {
+      // C1 controls are not printable YAML: escaped as the code points they are.
+      out += fmt::format("\\x{:02X}", static_cast<unsigned char>(s[++i]));
+    } else if (c == 0xef && s.substr(i, 3) == "\xef\xbf\xbe") {
+      out += "\\uFFFE", i += 2;
+    } else if (c == 0xef && s.substr(i, 3) == "\xef\xbf\xbf") {
+      out += "\\uFFFF", i += 2;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+}
+
+void write_yaml(std::string& out, const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::null: out += "null"; break;
+    case json::kind::bool_: out += v.get_bool() ? "true" : "false"; break;
+    case json::kind::int64: out += std::to_string(v.get_int64()); break;
+    case json::kind::uint64: out += std::to_string(v.get_uint64()); break;
+    case json::kind::double_: {
+      // YAML 1.1 (PyYAML) reads a float only with a dot, and an exponent only with a sign.
+      const double d = v.get_double();
+      if (d != d) out += ".nan";
+      else if (d == d + d && d != 0) out += d > 0 ? ".inf" : "-.inf";
+      else {
+        auto text = fmt::format("{}", d);
+        const auto e = text.find('e');
+        if (text.find('.') == std::string::npos) text.insert(e == std::string::npos ? text.size() : e, ".0");
+        out += text;
+      }
+      break;
+    }
+    case json::kind::string: write_yaml_string(out, v.get_string()); break;
+    case json::kind::array: {
+      out += '[';
+      bool first = true;
+      for (const auto& item : v.get_array()) {
+        if (!std::exchange(first, false)) out += ", ";
+        write_yaml(out, item);
+      }
+      out += ']';
+      break;
+    }
+    case json::kind::object: {
+      // Explicit keys ("? "): PyYAML drops a plain flow key longer than 1024 characters.
+      out += '{';
+      bool first = true;
+      for (const auto& [key, item] : v.get_object()) {
+        if (!std::exchange(first, false)) out += ", ";
+        out += "? ";
+        write_yaml_string(out, key);
+        out += ": ";
+        write_yaml(out, item);
+      }
+      out += '}';
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+std::string Where::prefix() const {
+  return keyword.empty() ? fmt::format("Library '{}': ", library)
+                         : fmt::format("Library '{}', keyword '{}': ", library, keyword);
+}
+
+Target parse_import(const Where& where, const json::array& args, const json::object& kw_args, bool restricted,
+                    const std::string& local_python) {
+  std::vector<std::pair<std::string, json::value>> given;
+  for (const auto& arg : args) {
+    const auto text = text_of(arg);
+    const auto eq = text.find('=');
+    if (!arg.is_string() || eq == std::string::npos || eq == 0)
+      throw Refused(fmt::format("{}library arguments are named (name=value), and '{}' is not. {}.", where.prefix(),
+                                text, kAccepted));
+    given.emplace_back(text.substr(0, eq), json::value(text.substr(eq + 1)));
+  }
+  for (const auto& [name, value] : kw_args) given.emplace_back(std::string(name), value);
+
+  Target target;
+  for (auto& [name, value] : given) {
+    if (name == "modules") {
+      target.modules = module_list(where, value);
+    } else if (starts_with_any(name, {"ansible_become", "ansible_sudo", "ansible_su_"}) || name == "ansible_su") {
+      throw Refused(fmt::format("{}the argument '{}' asks for privilege escalation (become), which this library does "
+                                "not do. Connect as a user that has the rights the modules need (ansible_user).",
+                                where.prefix(), name));
+    } else if (name.starts_with("ansible_") && is_word(name)) {
+      if (restricted && names_a_program(name))
+        throw Refused(fmt::format("{}the argument '{}' names a program or command line that Ansible would start on "
+                                  "the gateway's machine, and this worker runs only the modules given with --allow: "
+                                  "it is refused. Ask the gateway's operator if the target needs it.",
+                                  where.prefix(), name));
+      target.vars[name] = std::move(value);
+    } else {
+      throw Refused(fmt::format("{}unknown library argument '{}'. {}.", where.prefix(), name, kAccepted));
+    }
+  }
+
+  const auto* host = target.vars.if_contains("ansible_host");
+  if (const auto* connection = target.vars.if_contains("ansible_connection")) {
+    if (!connection->is_string() || !valid_module_name(connection->get_string()))
+      throw Refused(fmt::format("{}ansible_connection={} is not a connection plugin name (local, ssh, paramiko, ...).",
+                                where.prefix(), text_of(*connection)));
+  } else {
+    target.vars["ansible_connection"] = host ? "ssh" : "local";
+  }
+  const bool local = target.vars.at("ansible_connection") == "local";
+  // A local connection runs modules on the interpreter Ansible itself runs on (as Ansible's implicit
+  // localhost does), rather than whatever "python3" comes first on PATH.
+  if (local && !local_python.empty() && !target.vars.contains("ansible_python_interpreter"))
+    target.vars["ansible_python_interpreter"] = local_python;
+  target.host = host ? text_of(*host) : local ? "localhost" : "the inventory host";
+  return target;
+}
+
+bool valid_module_name(std::string_view name) {
+  return !name.empty() && name.front() != '.' && name.back() != '.' &&
+         std::all_of(name.begin(), name.end(),
+                     [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '.'; });
+}
+
+void check_module_name(const Where& where, std::string_view name) {
+  if (!valid_module_name(name))
+    throw Refused(fmt::format("{}'{}' is not a module name: module names are letters, digits, '_' and '.' (like "
+                              "command or ansible.builtin.copy).",
+                              where.prefix(), name));
+}
+
+bool allowed(const std::vector<std::string>& allow, std::string_view module) {
+  if (allow.empty()) return true;
+  auto builtin = [](std::string_view name) {
+    return name.starts_with("ansible.builtin.") ? name.substr(16) : name.starts_with("ansible.legacy.") ? name.substr(15) : name;
+  };
+  return std::any_of(allow.begin(), allow.end(), [&](const std::string& a) { return builtin(a) == builtin(module); });
+}
+
+std::string refused_by_allow_list(const Where& where, std::string_view module, const std::vector<std::string>& allow) {
+  return fmt::format("{}module '{}' is not allowed here: this worker runs only the modules given with --allow ({}). "
+                     "Use one of those, or ask the gateway's operator to add --allow {} to the library's command.",
+                     where.prefix(), module, fmt::join(allow, ", "), module);
+}
+
+std::string normalize(std::string_view name) {
+  std::string out;
+  for (unsigned char c : name)
+    if (c != ' ' && c != '_') out += static_cast<char>(std::tolower(c));
+  return out;
+}
+
+std::string keyword_name(std::string_view module) {
+  const auto dot = module.rfind('.');
+  return std::string(dot == std::string_view::npos ? module : module.substr(dot + 1));
+}
+
+json::object module_keyword(std::string_view module, const json::object& doc_entry) {
+  static const json::object kNone;
+  const auto* doc_value = doc_entry.if_contains("doc");
+  const json::object& doc = doc_value && doc_value->is_object() ? doc_value->get_object() : kNone;
+  const auto* options_value = doc.if_contains("options");
+  const json::object& options = options_value && options_value->is_object() ? options_value->get_object() : kNone;
+
+  std::string text;
+  if (const auto* s = doc.if_contains("short_description"); s && s->is_string())
+    text = robot_doc(s->get_string()) + "\n\n";
+  for (const auto& p : paragraphs(doc.if_contains("description"))) text += p + "\n\n";
+  text += fmt::format("Runs the Ansible module ``{}`` once on the library's host and returns its result as a "
+                      "dictionary, as `Run Action` does; a failed module fails the keyword.\n\n",
+                      module);
+
+  // Required options first, each group in ansible-doc's (alphabetical) order.
+  std::vector<std::pair<std::string_view, const json::object*>> ordered;
+  for (const auto& [name, option] : options)
+    if (option.is_object() && name != "check_mode" && name != "diff") ordered.emplace_back(name, &option.get_object());
+  std::stable_partition(ordered.begin(), ordered.end(), [](const auto& o) {
+    const auto* required = o.second->if_contains("required");
+    return required && *required == true;
+  });
+
+  json::array args;
+  std::string option_lines;
+  for (const auto& [name, option] : ordered) {
+    const auto* type = option->if_contains("type");
+    const std::string ansible_type = type && type->is_string() ? std::string(type->get_string()) : "str";
+    const auto* required = option->if_contains("required");
+    const bool is_required = required && *required == true;
+    const auto* default_value = option->if_contains("default");
+    static const json::value kNull;
+    args.push_back(named_only(name, robot_type(ansible_type), is_required ? nullptr : default_value ? default_value : &kNull));
+
+    std::vector<std::string> facts{is_required ? "required, " + ansible_type : ansible_type};
+    if (const auto* aliases = option->if_contains("aliases"); aliases && aliases->is_array() && !aliases->get_array().empty()) {
+      std::vector<std::string> names;
+      for (const auto& a : aliases->get_array()) names.push_back(text_of(a));
+      facts.push_back(fmt::format("aliases {} (through Run Action)", fmt::join(names, ", ")));
+    }
+    if (const auto* choices = option->if_contains("choices"); choices && choices->is_array()) {
+      std::vector<std::string> names;
+      for (const auto& c : choices->get_array()) names.push_back(text_of(c));
+      facts.push_back(fmt::format("one of {}", fmt::join(names, ", ")));
+    }
+    if (default_value && !is_required) facts.push_back("default " + text_of(*default_value));
+    const auto described = paragraphs(option->if_contains("description"));
+    option_lines += fmt::format("- ``{}`` ({}){}\n", name, fmt::join(facts, "; "),
+                                described.empty() ? "" : ": " + described.front());
+  }
+  const json::value kFalse(false);
+  args.push_back(named_only("check_mode", "bool", &kFalse));
+  args.push_back(named_only("diff", "bool", &kFalse));
+  if (!option_lines.empty()) text += "Options (all named):\n" + option_lines + "\n";
+  text += "``check_mode``: report what would change, changing nothing. ``diff``: report the differences the "
+          "module makes (in the result's ``diff``, when the module supports it).";
+
+  return json::object{{"name", keyword_name(module)}, {"args", std::move(args)}, {"doc", std::move(text)},
+                      {"tags", json::array{"ansible"}}};
+}
+
+std::string unsafe_yaml(const json::value& value) {
+  std::string out;
+  write_yaml(out, value);
+  return out;
+}
+
+std::string playbook(std::string_view module, const json::object& args, const json::object& vars, bool check_mode,
+                     bool diff) {
+  // The play's own keys are ours and stay plain; the variables' names are checked words.
+  std::string vars_yaml = "{";
+  for (const auto& [name, value] : vars) {
+    if (vars_yaml.size() > 1) vars_yaml += ", ";
+    vars_yaml += fmt::format("\"{}\": ", std::string_view(name));
+    write_yaml(vars_yaml, value);
+  }
+  vars_yaml += "}";
+  return fmt::format(
+      "[{{\"hosts\": \"target\", \"gather_facts\": false, \"vars\": {},\n"
+      "  \"tasks\": [{{\"name\": \"{}\", \"{}\": {}, \"check_mode\": {}, \"diff\": {}}}]}}]\n",
+      vars_yaml, module, module, unsafe_yaml(args), check_mode, diff);
+}
+
+Outcome parse_outcome(std::string_view text) {
+  boost::system::error_code ec;
+  auto value = json::parse(text, ec);
+  const auto* status = !ec && value.is_object() ? value.get_object().if_contains("status") : nullptr;
+  const auto* result = !ec && value.is_object() ? value.get_object().if_contains("result") : nullptr;
+  if (!status || !status->is_string() || !result || !result->is_object())
+    throw Refused(ec ? "its result record is not JSON: " + ec.message() : "its result record has no status or result");
+  return {std::string(status->get_string()), std::move(value.get_object().at("result").get_object())};
+}
+
+Mapped map_outcome(const Where& where, std::string_view module, std::string_view host, const Outcome& outcome) {
+  Mapped mapped;
+  for (const auto& [key, value] : outcome.result) {
+    if (key.starts_with("_ansible_") || key == "invocation") continue;
+    if (key == "warnings" || key == "deprecations") {
+      if (!value.is_array()) continue;
+      for (const auto& w : value.get_array()) {
+        const auto* msg = w.is_object() ? w.get_object().if_contains("msg") : nullptr;
+        mapped.warnings.push_back(fmt::format("Ansible module '{}' on host {}{}: {}", module, host,
+                                              key == "deprecations" ? " (deprecation)" : "",
+                                              msg ? text_of(*msg) : text_of(w)));
+      }
+      continue;
+    }
+    mapped.value[key] = value;
+  }
+  const auto field = [&](std::string_view name) -> std::string {
+    const auto* v = mapped.value.if_contains(name);
+    return v && !v->is_null() ? trim(text_of(*v)) : std::string();
+  };
+  const auto flag = [&](std::string_view name) {
+    const auto* v = mapped.value.if_contains(name);
+    return v && *v == true;
+  };
+  const bool unreachable = outcome.status == "unreachable" || flag("unreachable");
+  const bool failed = outcome.status == "failed" || flag("failed");
+  mapped.skipped = outcome.status == "skipped" || flag("skipped");
+  if (unreachable) {
+    mapped.failure = fmt::format(
+        "{}host {} is unreachable (module '{}'): {}. Check ansible_host, ansible_port, ansible_user and "
+        "ansible_ssh_private_key_file, and that the gateway's machine can log in to the host with ssh.",
+        where.prefix(), host, module, field("msg").empty() ? "no reason given" : field("msg"));
+  } else if (failed) {
+    std::string text = fmt::format("{}Ansible module '{}' failed on host {}: {}", where.prefix(), module, host,
+                                   field("msg").empty() ? "no message given" : field("msg"));
+    if (const auto rc = field("rc"); !rc.empty()) text += fmt::format(" (rc {})", rc);
+    for (std::string_view stream : {"stderr", "module_stderr"})
+      if (const auto s = field(stream); !s.empty()) text += fmt::format("\n{}: {}", stream, s.substr(0, 2000));
+    mapped.failure = std::move(text);
+  }
+  return mapped;
+}
+
+std::string stderr_excerpt(std::string_view text) {
+  std::vector<std::string_view> lines;
+  for (std::size_t begin = 0; begin < text.size();) {
+    auto end = text.find('\n', begin);
+    if (end == std::string_view::npos) end = text.size();
+    if (auto line = text.substr(begin, end - begin); !trim(line).empty()) lines.push_back(line);
+    begin = end + 1;
+  }
+  std::size_t from = lines.size() > 8 ? lines.size() - 8 : 0;
+  for (std::size_t i = lines.size(); i-- > 0;)
+    if (lines[i].starts_with("ERROR!")) {
+      from = i;
+      break;
+    }
+  std::string out;
+  for (std::size_t i = from; i < lines.size() && out.size() < 1500; ++i) out += std::string(lines[i]) + "\n";
+  if (out.size() > 1500) out = out.substr(0, 1500) + "...";
+  return trim(out);
+}
+
+std::string shebang_interpreter(std::string_view line) {
+  if (!line.starts_with("#!")) return {};
+  auto program = trim(line.substr(2));
+  program = program.substr(0, program.find_first_of(" \t"));
+  if (program.empty() || program.ends_with("/env")) return {};
+  return program;
+}
+
+}  // namespace rjg::ansible
