@@ -63,7 +63,8 @@ unit=$root/lib/systemd/system/robot-jsonrpc-gateway.service
 socket=$root/lib/systemd/system/robot-jsonrpc-gateway.socket
 conf=$root/etc/robot-jsonrpc-gateway/gateway.toml
 for f in usr/bin/robot-jsonrpc-gateway usr/bin/robot-jsonrpc-cli usr/bin/robot-example-calculator \
-         usr/bin/robot-example-strings; do
+         usr/bin/robot-example-strings usr/bin/robot-classic-bridge usr/bin/robot-mcp-worker \
+         usr/bin/robot-ansible-worker; do
   [[ -f $root/$f && -x $root/$f ]] || fail "/$f missing or not executable"
 done
 for f in lib/systemd/system/robot-jsonrpc-gateway.service lib/systemd/system/robot-jsonrpc-gateway.socket \

@@ -182,6 +182,9 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)            # robot-jsonrpc-gateway_VERSI
 # systemd-sysusers, systemd-tmpfiles and systemctl (systemd), /bin/kill of ExecReload= (procps).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "systemd, procps")
+# What the adapter workers run: Ansible modules (robot-ansible-worker), MCP servers on Node.js
+# (robot-mcp-worker, most of them). Neither is needed by the gateway itself.
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "ansible-core, nodejs")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     "${_rjg_pkg}/control/conffiles;${_rjg_pkg}/control/postinst;${_rjg_pkg}/control/prerm;${_rjg_pkg}/control/postrm")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)

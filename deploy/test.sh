@@ -4,7 +4,11 @@
 # integration suite built with ThreadSanitizer (deploy/tsan.sh, build-tsan/), and each fuzz target
 # briefly (deploy/fuzz.sh, build-fuzz/). Fails if any stage fails.
 #
-#   SANITIZE=0    skip the ASan/UBSan build      FUZZ_SECONDS=N  seconds per fuzz target (default 15; 0 skips)
+# The unit tests are built and run once, in the ASan/UBSan stage (in the first build with SANITIZE=0).
+# Node's MCP reference server, which the MCP adapter's tests run, is installed with npm into BUILD/npm
+# (a pinned version) and named to every stage's tests in RJG_MCP_SERVER.
+#
+#   SANITIZE=0    skip the ASan/UBSan build      FUZZ_SECONDS=N  seconds per fuzz target (default 10; 0 skips)
 #   TSAN=0        skip the ThreadSanitizer build
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,7 +16,8 @@ build=${BUILD_DIR:-$top/build}
 asan_build=${ASAN_BUILD_DIR:-$build-asan}
 tsan_build=${TSAN_BUILD_DIR:-$build-tsan}
 fuzz_build=${FUZZ_BUILD_DIR:-$build-fuzz}
-fuzz_seconds=${FUZZ_SECONDS:-15}
+fuzz_seconds=${FUZZ_SECONDS:-10}
+mcp_server_package=@modelcontextprotocol/server-everything@2026.8.31
 
 "$top/deploy/install-deps.sh"
 # Each stage's build runs while the stage before it tests, at the lowest CPU priority: the tests spend
@@ -42,7 +47,17 @@ trap '[[ -n $background ]] && kill -- "-$background" 2>/dev/null; true' EXIT
 
 # Line tables (-g1) rather than full debug info: a backtrace still names file and line, and the build,
 # most of it test code, takes about a quarter less time. (deploy/build.sh alone builds with -g.)
-BUILD_DIR=$build "$top/deploy/build.sh" -DRJG_BUILD_TESTS=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+BUILD_DIR=$build "$top/deploy/build.sh" -DRJG_BUILD_TESTS=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
+  -DRJG_UNIT_TESTS=$([[ ${SANITIZE:-1} != 0 ]] && echo OFF || echo ON)
+
+# The MCP reference server, once for every stage (npm's registry is the only network this needs).
+mcp_prefix=$build/npm
+mcp_version=${mcp_server_package##*@}
+if ! grep -qs "\"version\": \"$mcp_version\"" "$mcp_prefix/node_modules/@modelcontextprotocol/server-everything/package.json"; then
+  echo "test: installing $mcp_server_package into $mcp_prefix (npm)" >&2
+  npm install --prefix "$mcp_prefix" --no-audit --no-fund --loglevel=error "$mcp_server_package" >&2
+fi
+export RJG_MCP_SERVER=$mcp_prefix/node_modules/.bin/mcp-server-everything
 
 if [[ ${SANITIZE:-1} != 0 ]]; then
   # -Og -g1: ASan at -O2 makes g++ about five times slower (the GoogleTest files most); -Og still
