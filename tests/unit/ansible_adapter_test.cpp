@@ -2,6 +2,7 @@
 // definitions from ansible-doc, the playbook's YAML (every client string !unsafe), and results mapped to
 // keyword answers. The worker against the real ansible-core is tests/integration/ansible_test.cpp.
 #include "workers/ansible/adapter.hpp"
+#include "workers/sdk/sdk.hpp"
 
 #include <gtest/gtest.h>
 
@@ -104,7 +105,7 @@ TEST(AnsibleModules, NamesAndTheAllowList) {
             "shell to the library's command.");
   EXPECT_EQ(keyword_name("ansible.builtin.copy"), "copy");
   EXPECT_EQ(keyword_name("file"), "file");
-  EXPECT_EQ(normalize("Get Url"), normalize("get_url"));
+  EXPECT_EQ(rjg::sdk::normalize_name("Get Url"), rjg::sdk::normalize_name("get_url"));
 }
 
 TEST(AnsibleModules, AKeywordFromAnsibleDoc) {

@@ -137,7 +137,9 @@ TEST(PlainJson, PickledContainersBecomeTheJsonPythonWouldWrite) {
   d.items.emplace_back(PyValue("name"), PyValue("x"));
   d.items.emplace_back(PyValue(std::int64_t{1}), PyValue(pickle::PyTuple{{PyValue(true), PyValue()}}));
   d.items.emplace_back(PyValue(2.5), PyValue(pickle::PySet{{PyValue(std::int64_t{3})}}));
-  d.items.emplace_back(PyValue(), PyValue(pickle::PyDateTime{2026, 12, 1, 18, 5, 0, 250}));
+  pickle::PyDateTime when;
+  when.year = 2026, when.month = 12, when.day = 1, when.hour = 18, when.minute = 5, when.microsecond = 250;
+  d.items.emplace_back(PyValue(), PyValue(when));
   const std::string args = "[" + pickled(PyValue(d)) + ", 7, \"s\"]";
   EXPECT_EQ(classic::plain_json(args, "args"),
             json::parse(R"([{"name":"x","1":[true,null],"2.5":[3],"null":"2026-12-01T18:05:00.000250"},7,"s"])"));

@@ -1,5 +1,7 @@
 #include "workers/ansible/adapter.hpp"
 
+#include "workers/sdk/sdk.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -56,7 +58,7 @@ std::vector<std::string> module_list(const Where& where, const json::value& valu
   std::vector<std::string> keywords{"runaction", "gatherfacts"};
   for (const auto& name : names) {
     check_module_name(where, name);
-    const auto key = normalize(keyword_name(name));
+    const auto key = sdk::normalize_name(keyword_name(name));
     if (std::find(keywords.begin(), keywords.end(), key) != keywords.end())
       throw Refused(fmt::format("{}modules= names '{}', whose keyword '{}' is already taken (by Run Action, Gather "
                                 "Facts or another module of the list). Run it with Run Action instead.",
@@ -283,13 +285,6 @@ std::string refused_by_allow_list(const Where& where, std::string_view module, c
   return fmt::format("{}module '{}' is not allowed here: this worker runs only the modules given with --allow ({}). "
                      "Use one of those, or ask the gateway's operator to add --allow {} to the library's command.",
                      where.prefix(), module, fmt::join(allow, ", "), module);
-}
-
-std::string normalize(std::string_view name) {
-  std::string out;
-  for (unsigned char c : name)
-    if (c != ' ' && c != '_') out += static_cast<char>(std::tolower(c));
-  return out;
 }
 
 std::string keyword_name(std::string_view module) {

@@ -55,8 +55,6 @@ void check_module_name(const Where& where, std::string_view name);
 bool allowed(const std::vector<std::string>& allow, std::string_view module);
 std::string refused_by_allow_list(const Where& where, std::string_view module, const std::vector<std::string>& allow);
 
-// Robot Framework's keyword name normalization: case, spaces and underscores ignored.
-std::string normalize(std::string_view name);
 // The keyword of a modules= entry: its short name (ansible.builtin.copy -> copy).
 std::string keyword_name(std::string_view module);
 

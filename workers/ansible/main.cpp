@@ -343,7 +343,7 @@ json::array module_keywords(const ans::Where& where, Import& import) {
                                      "the installed modules) and that its collection is installed.",
                                      where.prefix(), module));
     keywords.push_back(ans::module_keyword(module, entry->get_object()));
-    import.keywords[ans::normalize(ans::keyword_name(module))] = module;
+    import.keywords[sdk::normalize_name(ans::keyword_name(module))] = module;
   }
   return keywords;
 }
@@ -379,7 +379,7 @@ void on_import(const sdk::Library& library, sdk::ImportContext& context) {
 // Keywords of modules= entries: the name called, named options only.
 json::value module_keyword_call(sdk::Call& call) {
   const auto& import = *call.state<std::shared_ptr<Import>>();
-  const auto found = import.keywords.find(ans::normalize(call.keyword()));
+  const auto found = import.keywords.find(sdk::normalize_name(call.keyword()));
   if (found == import.keywords.end())
     throw sdk::KeywordError(fmt::format("No keyword named '{}' in library '{}'. Run Action runs any module; import "
                                         "the library with modules={} to have a keyword of it.",

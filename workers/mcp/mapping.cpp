@@ -99,29 +99,16 @@ bool is_text_item(const json::value& item) {
   return type && type->is_string() && type->get_string() == "text";
 }
 
-std::string show(const json::value& v) {
-  std::string text = v.is_string() ? std::string(v.get_string()) : json::serialize(v);
-  if (text.size() > 80) text = text.substr(0, 77) + "...";
-  return text;
-}
-
 std::string number_text(const json::value& v) {
   if (v.is_double()) {
     const double d = v.get_double();
     if (std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 1e15) return fmt::format("{}", static_cast<long long>(d));
     return fmt::format("{}", d);
   }
-  return v.is_number() ? json::serialize(v) : show(v);
+  return v.is_number() ? json::serialize(v) : sdk::show_value(v);
 }
 
 }  // namespace
-
-std::string normalize(std::string_view name) {
-  std::string out;
-  for (char c : name)
-    if (c != ' ' && c != '_') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 std::string robot_type(const json::value& property_schema) {
   std::vector<std::string> types;
@@ -175,7 +162,7 @@ Tool parse_tool(const json::value& entry) {
   const auto* o = entry.if_object();
   const auto* name = o ? o->if_contains("name") : nullptr;
   if (!name || !name->is_string() || name->get_string().empty())
-    throw std::invalid_argument(fmt::format("a tool without a name: {}", show(entry)));
+    throw std::invalid_argument(fmt::format("a tool without a name: {}", sdk::show_value(entry)));
   Tool tool;
   tool.name = std::string(name->get_string());
   tool.title = text_of(o->if_contains("title"));
@@ -190,8 +177,8 @@ Tool parse_tool(const json::value& entry) {
 KeywordTable::KeywordTable(const std::vector<Tool>& tools) {
   for (const Tool& t : tools) entries_.push_back({t.name, &t});
   auto taken = [&](std::string_view name) {
-    const std::string key = normalize(name);
-    return std::any_of(tools.begin(), tools.end(), [&](const Tool& t) { return normalize(t.name) == key; });
+    const std::string key = sdk::normalize_name(name);
+    return std::any_of(tools.begin(), tools.end(), [&](const Tool& t) { return sdk::normalize_name(t.name) == key; });
   };
   for (const GenericInfo& g : kGenerics) {
     if (taken(g.name)) shadowed_.emplace_back(g.name);
@@ -203,12 +190,7 @@ KeywordTable::KeywordTable(const std::vector<Tool>& tools) {
 }
 
 const KeywordEntry* KeywordTable::find(std::string_view name) const {
-  for (const auto& e : entries_)
-    if (e.name == name) return &e;
-  const std::string key = normalize(name);
-  for (const auto& e : entries_)
-    if (normalize(e.name) == key) return &e;
-  return nullptr;
+  return sdk::find_by_name(entries_, name, [](const KeywordEntry& e) -> std::string_view { return e.name; });
 }
 
 json::array KeywordTable::definitions() const {
@@ -282,7 +264,7 @@ json::object tool_call_arguments(const Tool& tool, const json::array& args, cons
     // Call Tool sends what it cannot convert as it is: the server's answer (isError) says what is wrong.
     if (!converted && extra_allowed) converted = *v;
     if (!converted)
-      throw fail(fmt::format("cannot convert argument '{}' to {}: got '{}'.", a.name, a.type, show(*v)),
+      throw fail(fmt::format("cannot convert argument '{}' to {}: got '{}'.", a.name, a.type, sdk::show_value(*v)),
                  "ValueError");
     out[a.name] = std::move(*converted);
   }

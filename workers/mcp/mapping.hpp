@@ -80,8 +80,6 @@ class KeywordTable {
   std::vector<std::string> shadowed_;
 };
 
-// Robot's keyword name normalization: case, spaces and underscores ignored.
-std::string normalize(std::string_view name);
 
 // A keyword call's arguments (plain JSON: pickles already decoded) bound to a tool's arguments and
 // converted to the schema's types, as the `arguments` of tools/call. Throws ArgumentError naming the

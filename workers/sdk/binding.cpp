@@ -127,12 +127,6 @@ std::optional<json::value> to_str(const json::value& v) {
   return std::nullopt;
 }
 
-std::string show(const json::value& v) {
-  std::string text = v.is_string() ? std::string(v.get_string()) : json::serialize(v);
-  if (text.size() > 80) text = text.substr(0, 77) + "...";
-  return text;
-}
-
 std::string plural(std::size_t n, std::string_view word) {
   return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
 }
@@ -241,7 +235,7 @@ class Binder {
     // `x: str = None` is Optional[str] in Python: an explicit None stays None.
     if (v.is_null() && a.default_value && a.default_value->is_null()) return v;
     if (auto converted = convert(v, a.type)) return std::move(*converted);
-    fail(fmt::format("{}: argument '{}' got value '{}' that cannot be converted to {}.", who_, a.name, show(v), a.type),
+    fail(fmt::format("{}: argument '{}' got value '{}' that cannot be converted to {}.", who_, a.name, show_value(v), a.type),
          "ValueError");
   }
 
@@ -259,6 +253,15 @@ class Binder {
 json::object bind_arguments(const std::string& library, const Keyword& keyword, const json::array& args,
                             const json::object& kwargs) {
   return Binder(library, keyword).bind(args, kwargs);
+}
+
+std::string show_value(const json::value& v) {
+  std::string text = v.is_string() ? std::string(v.get_string()) : json::serialize(v);
+  if (text.size() > 80) {
+    text.resize(77);
+    text += "...";
+  }
+  return text;
 }
 
 }  // namespace rjg::sdk

@@ -10,15 +10,6 @@
 namespace rjg::sdk {
 namespace {
 
-// Robot Framework matches keyword names ignoring case, spaces and underscores.
-std::string normalize(std::string_view name) {
-  std::string out;
-  for (char c : name) {
-    if (c == ' ' || c == '_') continue;
-    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
-  return out;
-}
 
 // Rejects signatures that Robot Framework could not call, at registration time rather than at the
 // first call, so a library author sees the mistake on start-up.
@@ -78,9 +69,9 @@ Library& Library::keyword(std::string name, std::vector<Arg> args, std::string d
                           std::vector<std::string> tags) {
   if (name.empty()) throw std::invalid_argument("a keyword needs a name");
   if (!body) throw std::invalid_argument(fmt::format("keyword '{}' has no body", name));
-  const std::string key = normalize(name);
+  const std::string key = normalize_name(name);
   for (const Keyword& k : keywords_)
-    if (normalize(k.name) == key) throw std::invalid_argument(fmt::format("keyword '{}' is declared twice", name));
+    if (normalize_name(k.name) == key) throw std::invalid_argument(fmt::format("keyword '{}' is declared twice", name));
   check_signature(name, args);
   keywords_.push_back({std::move(name), std::move(args), std::move(doc), std::move(body), std::move(tags)});
   return *this;
@@ -107,13 +98,17 @@ Library& Library::on_initialize(std::function<bool(const json::value&)> hook) {
   return *this;
 }
 
+std::string normalize_name(std::string_view name) {
+  std::string out;
+  for (char c : name) {
+    if (c == ' ' || c == '_') continue;
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
 const Keyword* Library::find(std::string_view name) const {
-  for (const Keyword& k : keywords_)
-    if (k.name == name) return &k;
-  const std::string key = normalize(name);
-  for (const Keyword& k : keywords_)
-    if (normalize(k.name) == key) return &k;
-  return nullptr;
+  return find_by_name(keywords_, name, [](const Keyword& k) -> std::string_view { return k.name; });
 }
 
 json::object Library::definition() const {

@@ -319,6 +319,24 @@ class Library {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Keyword names as Robot Framework matches them
+
+// Robot's normalization of a keyword name: case, spaces and underscores ignored.
+std::string normalize_name(std::string_view name);
+
+// The element of `items` that `name` calls: an exact name first, then Robot's normalization; nullptr
+// when none. `name_of(item)` gives an element's name. (Library::find and the adapters' keyword tables.)
+template <class Range, class NameOf>
+auto find_by_name(Range& items, std::string_view name, NameOf name_of) -> decltype(&*std::begin(items)) {
+  for (auto& item : items)
+    if (name_of(item) == name) return &item;
+  const std::string key = normalize_name(name);
+  for (auto& item : items)
+    if (normalize_name(name_of(item)) == key) return &item;
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Argument binding and conversion, exposed for tests and for libraries that convert by hand.
 
 // Robot-like conversion of `value` to the type named by `type`. Returns nullopt when the value does
@@ -330,6 +348,8 @@ std::optional<json::value> convert(const json::value& value, std::string_view ty
 // library, keyword and argument.
 json::object bind_arguments(const std::string& library, const Keyword& keyword, const json::array& args,
                             const json::object& kwargs);
+// A value as an error message shows it: a string as it is, anything else as JSON, cut at 80 characters.
+std::string show_value(const json::value& value);
 
 // ---------------------------------------------------------------------------------------------
 // A protocol session: the state machine of one connection, independent of any transport. The
