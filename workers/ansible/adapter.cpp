@@ -243,7 +243,9 @@ Target parse_import(const Where& where, const json::array& args, const json::obj
     }
   }
 
-  const auto* host = target.vars.if_contains("ansible_host");
+  // Copied, not pointed at: the inserts below may rehash target.vars.
+  std::optional<std::string> host;
+  if (const auto* h = target.vars.if_contains("ansible_host")) host = text_of(*h);
   if (const auto* connection = target.vars.if_contains("ansible_connection")) {
     if (!connection->is_string() || !valid_module_name(connection->get_string()))
       throw Refused(fmt::format("{}ansible_connection={} is not a connection plugin name (local, ssh, paramiko, ...).",
@@ -256,7 +258,7 @@ Target parse_import(const Where& where, const json::array& args, const json::obj
   // localhost does), rather than whatever "python3" comes first on PATH.
   if (local && !local_python.empty() && !target.vars.contains("ansible_python_interpreter"))
     target.vars["ansible_python_interpreter"] = local_python;
-  target.host = host ? text_of(*host) : local ? "localhost" : "the inventory host";
+  target.host = host ? *host : local ? "localhost" : "the inventory host";
   return target;
 }
 
