@@ -29,7 +29,50 @@ std::string_view name_of(Level level) {
   }
   return "?";
 }
+
+// The length of the valid UTF-8 sequence at text[i] (i < size), or 0 when it is not one: overlong
+// forms, surrogates and code points past U+10FFFF are invalid, as in JSON.
+std::size_t utf8_sequence(std::string_view text, std::size_t i) {
+  const auto c = static_cast<unsigned char>(text[i]);
+  if (c < 0x80) return 1;
+  const std::size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  bool valid = n > 0 && i + n <= text.size();
+  for (std::size_t k = 1; valid && k < n; ++k) valid = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
+  if (valid && n == 3) {
+    const auto c1 = static_cast<unsigned char>(text[i + 1]);
+    valid = !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0);
+  }
+  if (valid && n == 4) {
+    const auto c1 = static_cast<unsigned char>(text[i + 1]);
+    valid = !(c == 0xf0 && c1 < 0x90) && !(c == 0xf4 && c1 >= 0x90);
+  }
+  return valid ? n : 0;
+}
+
+constexpr std::string_view kReplacement = "\xef\xbf\xbd";  // U+FFFD
 }  // namespace
+
+std::string valid_utf8(std::string_view text, std::size_t max) {
+  std::string out;
+  out.reserve(std::min(text.size(), max));
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t n = utf8_sequence(text, i);
+    const std::string_view piece = n ? text.substr(i, n) : kReplacement;
+    if (out.size() + piece.size() > max) {
+      // Cut at the last character that leaves room for the ellipsis.
+      while (!out.empty() && out.size() + 3 > max) {
+        std::size_t back = out.size() - 1;
+        while (back > 0 && (static_cast<unsigned char>(out[back]) & 0xc0) == 0x80) --back;
+        out.resize(back);
+      }
+      out += "...";
+      break;
+    }
+    out += piece;
+    i += n ? n : 1;
+  }
+  return out;
+}
 
 std::string printable(std::string_view bytes, std::size_t max) {
   std::string out;
@@ -69,29 +112,12 @@ void append_json_string(std::string& out, std::string_view text) {
     } else if (c < 0x20) {
       out += fmt::format("\\u{:04x}", c);
       ++i;
-    } else if (c < 0x80) {
-      out += static_cast<char>(c);
-      ++i;
+    } else if (const std::size_t n = utf8_sequence(text, i)) {
+      out.append(text.substr(i, n));
+      i += n;
     } else {
-      // Length of the sequence from its lead byte; overlong forms and surrogates count as invalid.
-      const std::size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-      bool valid = n > 0 && i + n <= text.size();
-      for (std::size_t k = 1; valid && k < n; ++k) valid = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
-      if (valid && n == 3) {
-        const auto c1 = static_cast<unsigned char>(text[i + 1]);
-        valid = !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0);
-      }
-      if (valid && n == 4) {
-        const auto c1 = static_cast<unsigned char>(text[i + 1]);
-        valid = !(c == 0xf0 && c1 < 0x90) && !(c == 0xf4 && c1 >= 0x90);
-      }
-      if (valid) {
-        out.append(text.substr(i, n));
-        i += n;
-      } else {
-        out += "\xef\xbf\xbd";
-        ++i;
-      }
+      out += kReplacement;
+      ++i;
     }
   }
 }

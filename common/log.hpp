@@ -33,6 +33,10 @@ std::string format_line(Level level, std::string_view text);
 
 // Bytes made safe for a log line: control and non-ASCII bytes escaped, cut after `max` bytes.
 std::string printable(std::string_view bytes, std::size_t max = 120);
+// Text made valid UTF-8, for messages that carry what a process printed: each byte of an invalid
+// sequence becomes U+FFFD, and a text longer than `max` bytes is cut at a character boundary and ends
+// in "...". (A peer drops a message whose JSON holds invalid UTF-8: the answer would never arrive.)
+std::string valid_utf8(std::string_view text, std::size_t max = std::string_view::npos);
 
 template <typename... Args>
 void debug(fmt::format_string<Args...> f, Args&&... args) {

@@ -404,6 +404,54 @@ std::string decode_string(std::string_view literal) {
   return out;
 }
 
+namespace {
+// The value of the four hex digits at text[at], or -1.
+int hex4(std::string_view text, std::size_t at) {
+  if (at + 4 > text.size()) return -1;
+  int v = 0;
+  for (std::size_t k = at; k < at + 4; ++k) {
+    const char c = text[k];
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+}  // namespace
+
+std::string replace_lone_surrogates(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto slash = text.find('\\', i);
+    if (slash == std::string_view::npos) break;
+    out.append(text.substr(i, slash - i));
+    if (slash + 1 >= text.size()) {
+      i = slash;
+      break;
+    }
+    const int v = text[slash + 1] == 'u' ? hex4(text, slash + 2) : -1;
+    if (v >= 0xD800 && v <= 0xDBFF && slash + 7 < text.size() && text[slash + 6] == '\\' && text[slash + 7] == 'u') {
+      const int low = hex4(text, slash + 8);
+      if (low >= 0xDC00 && low <= 0xDFFF) {  // a pair: kept
+        out.append(text.substr(slash, 12));
+        i = slash + 12;
+        continue;
+      }
+    }
+    if (v >= 0xD800 && v <= 0xDFFF) {
+      out += "\\ufffd";
+      i = slash + 6;
+    } else {  // any other escape, kept as it is (two characters; \uXXXX's digits follow as text)
+      out.append(text.substr(slash, 2));
+      i = slash + 2;
+    }
+  }
+  out.append(text.substr(i));
+  return out;
+}
+
 std::string quote(std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;

@@ -102,6 +102,12 @@ std::string decode_string(std::string_view literal);
 // `s` as a JSON string literal (quotes included): ", \ and control characters escaped, the rest as is.
 std::string quote(std::string_view s);
 
+// `text` with every lone UTF-16 surrogate escape (\uD800 to \uDFFF outside a high-low pair) replaced by
+// \uFFFD. Python's json writes them for undecodable bytes (surrogateescape: Ansible's output of a
+// command that printed Latin-1) and JavaScript's JSON.stringify for a string cut inside a pair; JSON
+// readers here (Boost.JSON, scan()) refuse them. Nothing else changes.
+std::string replace_lone_surrogates(std::string_view text);
+
 // `text` with each slice replaced by its new text. Edits must not overlap; any order.
 std::string splice(std::string_view text, std::vector<std::pair<Slice, std::string>> edits);
 

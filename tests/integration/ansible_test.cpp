@@ -90,9 +90,10 @@ TEST_F(AnsibleTest, ModulesRunFailChangeNothingInCheckModeAndBecomeKeywords) {
   EXPECT_EQ(keyword_value(pong).at("changed"), false) << describe(pong);
 
   // command with a list argument as the real client sends it (pickled), never templated by Ansible (a lookup
-  // would run on the gateway's machine), and a module warning as a WARN log.
-  const json::object argv{
-      {"__pickled__", pickle::encode_pickle_hex(pickle::PyValue(pickle::PyList{{pickle::PyValue("echo"), pickle::PyValue("hi {{ 7 * 6 }}")}}))}};
+  // would run on the gateway's machine), and a module warning as a WARN log. Its output ends in a byte that
+  // is not UTF-8 (printf's \377), which Ansible records as a lone surrogate: it arrives as U+FFFD.
+  const json::object argv{{"__pickled__", pickle::encode_pickle_hex(pickle::PyValue(pickle::PyList{
+                                              {pickle::PyValue("printf"), pickle::PyValue("hi {{ 7 * 6 }}\\377")}}))}};
   std::vector<std::string> warnings;
   const auto echoed = client.run_keyword(token, "Run Action", {"command"}, {{"argv", argv}, {"executable", "/bin/sh"}},
                                          [&](const Message& m) {
@@ -102,7 +103,7 @@ TEST_F(AnsibleTest, ModulesRunFailChangeNothingInCheckModeAndBecomeKeywords) {
   RJG_ASSERT_KEYWORD_OK(echoed);
   const auto result = keyword_value(echoed).as_object();
   EXPECT_EQ(result.at("rc"), 0) << result;
-  EXPECT_EQ(result.at("stdout"), "hi {{ 7 * 6 }}") << result;
+  EXPECT_EQ(result.at("stdout"), "hi {{ 7 * 6 }}\xef\xbf\xbd") << result;
   EXPECT_EQ(result.at("changed"), true) << result;
   EXPECT_FALSE(result.contains("invocation")) << result;
   EXPECT_FALSE(result.contains("_ansible_no_log")) << result;

@@ -24,7 +24,7 @@ std::string mcp_server_path() {
 }
 
 // An MCP server on the stdio transport in a page of Python: tools/list in two pages; "inspect" returns
-// the arguments it got as structuredContent; "ask" sends the client a ping and a sampling request and
+// the arguments it got as structuredContent (or, given data={"cut": true}, a text with a lone surrogate); "ask" sends the client a ping and a sampling request and
 // returns their answers; "exit" ends the process without answering.
 constexpr std::string_view kFakeServer = R"PY(
 import json, sys
@@ -51,6 +51,9 @@ while True:
         result = {"tools": page}
         if len(page) == 1: result["nextCursor"] = "page2"
         send({"jsonrpc": "2.0", "id": id, "result": result})
+    elif method == "tools/call" and m["params"]["name"] == "inspect" and m["params"]["arguments"]["data"].get("cut"):
+        # A text cut inside a surrogate pair, as a JavaScript server writes one: a lone \ud83d.
+        send({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "emoji \ud83d"}]}})
     elif method == "tools/call" and m["params"]["name"] == "inspect":
         send({"jsonrpc": "2.0", "id": id, "result": {"content": [], "structuredContent": m["params"]["arguments"]}})
     elif method == "tools/call" and m["params"]["name"] == "ask":
@@ -289,6 +292,9 @@ TEST_F(McpTest, PickledArgumentsReachTheToolAsJsonAndOtherPicklesAreRefused) {
   const auto got = client.run_keyword(token, "inspect", {pickled(pickle::PyValue(dict)), pickled(list)}, {{"n", "7"}});
   RJG_ASSERT_KEYWORD_OK(got);
   EXPECT_EQ(keyword_value(got), json::parse(R"({"data": {"k": [1, "two"]}, "items": [true, 2.5], "n": 7})"));
+  // A lone surrogate escape (which Boost.JSON refuses) arrives as U+FFFD rather than hanging the keyword.
+  const auto cut = client.run_keyword(token, "inspect", {json::object{{"cut", true}}});
+  EXPECT_EQ(keyword_value(cut), "emoji \xef\xbf\xbd") << describe(cut);
   // None for an optional argument without a default is not sent.
   const auto none = client.run_keyword(token, "inspect", {json::object{{"a", 1}}, nullptr});
   EXPECT_EQ(keyword_value(none), json::parse(R"({"data": {"a": 1}})")) << describe(none);

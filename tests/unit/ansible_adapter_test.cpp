@@ -81,13 +81,21 @@ TEST(AnsibleImport, RefusalsSayWhatIsAccepted) {
 
 TEST(AnsibleImport, AnAllowListRefusesVariablesThatStartPrograms) {
   for (const char* name : {"ansible_ssh_common_args", "ansible_python_interpreter", "ansible_ssh_executable",
-                           "ansible_paramiko_proxy_command"}) {
+                           "ansible_paramiko_proxy_command", "ansible_winrm_kinit_cmd", "ansible_chroot_exe"}) {
     EXPECT_NE(refusal([&] { parse_import(kImport, {}, json::object{{name, "x"}}, true, ""); }).find("--allow"),
               std::string::npos)
         << name;
     EXPECT_NO_THROW(parse_import(kImport, {}, json::object{{name, "x"}}, false, "")) << name;
   }
   EXPECT_NO_THROW(parse_import(kImport, {}, json::object{{"ansible_host", "h"}, {"ansible_user", "u"}}, true, ""));
+  EXPECT_NE(refusal([] { parse_import(kImport, {}, json::object{{"ansible_connection", "community.general.chroot"}}, true, ""); })
+                .find("--allow"),
+            std::string::npos);
+  EXPECT_NO_THROW(parse_import(kImport, {}, json::object{{"ansible_connection", "ansible.builtin.ssh"}}, true, ""));
+  // A host that ssh would read as an option, with or without --allow.
+  EXPECT_NE(refusal([] { parse_import(kImport, {}, json::object{{"ansible_host", "-oProxyCommand=id"}}, false, ""); })
+                .find("begins with '-'"),
+            std::string::npos);
 }
 
 TEST(AnsibleModules, NamesAndTheAllowList) {
@@ -148,6 +156,9 @@ TEST(AnsiblePlaybook, EveryClientStringIsUnsafe) {
             R"({? !unsafe "cmd": !unsafe "echo {{ lookup('pipe','id') }}", ? !unsafe "n": [1, -2, 1.5, 1.0e+20, true, null]})");
   EXPECT_EQ(unsafe_yaml(json::value("a\"b\\c\n\x01\x7f" "\xc2\x85" "é" "\xef\xbf\xbe")),
             "!unsafe \"a\\\"b\\\\c\\x0A\\x01\\x7F\\x85é\\uFFFE\"");
+  // YAML 1.1 reads U+2028 and U+2029 as line breaks even in a quoted string: escaped, so "---" after one
+  // cannot end the document and the spaces around it stay.
+  EXPECT_EQ(unsafe_yaml(json::value("a \xe2\x80\xa8  b\xe2\x80\xa9--- c")), "!unsafe \"a \\u2028  b\\u2029--- c\"");
   const auto text = playbook("ansible.builtin.file", json::object{{"path", "/tmp/x"}},
                              json::object{{"ansible_connection", "local"}, {"ansible_port", 22}}, true, false);
   EXPECT_EQ(text,

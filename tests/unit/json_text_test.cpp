@@ -577,3 +577,15 @@ TEST(Kinds, HaveReadableNames) {
 }
 
 }  // namespace
+
+// Lone surrogate escapes, as Python (surrogateescape) and JavaScript (a cut pair) write them, become
+// U+FFFD; pairs, other escapes and an escaped backslash before "u" are left alone.
+TEST(LoneSurrogates, BecomeTheReplacementCharacterAndNothingElseChanges) {
+  using rjg::jsontext::replace_lone_surrogates;
+  EXPECT_EQ(replace_lone_surrogates(R"({"stdout":"\udcffok"})"), R"({"stdout":"\ufffdok"})");
+  EXPECT_EQ(replace_lone_surrogates(R"(["\ud83d", "\ud83d\ude00", "\ude00\ud83d"])"),
+            R"(["\ufffd", "\ud83d\ude00", "\ufffd\ufffd"])");
+  EXPECT_EQ(replace_lone_surrogates(R"(["\\ud800", "\n\"\u00e9", "end\\"])"), R"(["\\ud800", "\n\"\u00e9", "end\\"])");
+  EXPECT_EQ(replace_lone_surrogates(R"(["\ud800\u0041"])"), R"(["\ufffd\u0041"])");
+  EXPECT_TRUE(rjg::jsontext::scan(replace_lone_surrogates(R"({"a":"x\udcff\ud800"})")).first);
+}

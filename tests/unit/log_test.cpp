@@ -57,4 +57,18 @@ TEST_F(LogTest, FormatsByName) {
   EXPECT_FALSE(rjg::log::parse_format("JSON", format));
 }
 
+// What a process printed, made fit for a message: invalid bytes as U+FFFD, and a cut that never splits
+// a character (a peer drops a message with invalid UTF-8).
+TEST(ValidUtf8, ReplacesInvalidBytesAndCutsAtCharacters) {
+  const std::string r = "\xef\xbf\xbd";
+  EXPECT_EQ(rjg::log::valid_utf8("ok \xc3\xa9"), "ok \xc3\xa9");
+  EXPECT_EQ(rjg::log::valid_utf8("a\xff\xc3" "b\xed\xa0\x80"), "a" + r + r + "b" + r + r + r);
+  // 10 two-byte characters cut at 8 bytes: 2 whole ones (4 bytes) and the ellipsis, never half of one.
+  std::string e;
+  for (int i = 0; i < 10; ++i) e += "\xc3\xa9";
+  EXPECT_EQ(rjg::log::valid_utf8(e, 8), "\xc3\xa9\xc3\xa9...");
+  EXPECT_EQ(rjg::log::valid_utf8(e, 7), "\xc3\xa9\xc3\xa9...");
+  EXPECT_EQ(rjg::log::valid_utf8("short", 8), "short");
+}
+
 }  // namespace

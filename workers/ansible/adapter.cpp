@@ -1,5 +1,6 @@
 #include "workers/ansible/adapter.hpp"
 
+#include "common/protocol/json_text.hpp"
 #include "workers/sdk/sdk.hpp"
 
 #include <fmt/format.h>
@@ -68,12 +69,23 @@ std::vector<std::string> module_list(const Where& where, const json::value& valu
   return names;
 }
 
-// Variables that make Ansible start a program of the client's choosing on this machine (an interpreter, an
-// ssh binary, ssh options such as ProxyCommand), which an allow-list of modules must not let through.
-bool names_a_program(std::string_view name) {
-  for (std::string_view suffix : {"_executable", "_interpreter", "_args", "_command"})
-    if (name.ends_with(suffix)) return true;
-  return false;
+// The connection variables a worker with --allow accepts: where to connect and as whom, and nothing else.
+// Many others make Ansible start a program of the client's choosing on this machine (interpreters, ssh
+// binaries and options such as ProxyCommand, other plugins' kinit or chroot commands), which an
+// allow-list of modules must not let through; a list of what is safe cannot miss one.
+bool safe_when_restricted(std::string_view name) {
+  static constexpr std::string_view kSafe[] = {
+      "ansible_host",     "ansible_port",     "ansible_user",          "ansible_password",
+      "ansible_ssh_host", "ansible_ssh_port", "ansible_ssh_user",      "ansible_ssh_pass",
+      "ansible_connection", "ansible_ssh_private_key_file", "ansible_private_key_file", "ansible_timeout",
+      "ansible_ssh_timeout"};
+  return std::find(std::begin(kSafe), std::end(kSafe), name) != std::end(kSafe);
+}
+// Connection plugins a worker with --allow uses: those of ansible-core that start no program the client
+// names.
+bool safe_connection(std::string_view plugin) {
+  if (plugin.starts_with("ansible.builtin.")) plugin.remove_prefix(16);
+  return plugin == "local" || plugin == "ssh" || plugin == "paramiko_ssh" || plugin == "paramiko";
 }
 
 // Ansible's documentation markup (C(code), I(italic), B(bold), M(module), U(url), L(text,url), O(option),
@@ -145,6 +157,10 @@ void write_yaml_string(std::string& out, std::string_view s) {
                static_cast<unsigned char>(s[i + 1]) <= 0x9f) {
       // C1 controls are not printable YAML: escaped as the code points they are.
       out += fmt::format("\\x{:02X}", static_cast<unsigned char>(s[++i]));
+    } else if (c == 0xe2 && (s.substr(i, 3) == "\xe2\x80\xa8" || s.substr(i, 3) == "\xe2\x80\xa9")) {
+      // U+2028 and U+2029 are line breaks to YAML 1.1, even inside a quoted string (the spaces around
+      // them would fold away, and "---" after one would end the document).
+      out += s[i + 2] == '\xa8' ? "\\u2028" : "\\u2029", i += 2;
     } else if (c == 0xef && s.substr(i, 3) == "\xef\xbf\xbe") {
       out += "\\uFFFE", i += 2;
     } else if (c == 0xef && s.substr(i, 3) == "\xef\xbf\xbf") {
@@ -232,11 +248,21 @@ Target parse_import(const Where& where, const json::array& args, const json::obj
                                 "not do. Connect as a user that has the rights the modules need (ansible_user).",
                                 where.prefix(), name));
     } else if (name.starts_with("ansible_") && is_word(name)) {
-      if (restricted && names_a_program(name))
-        throw Refused(fmt::format("{}the argument '{}' names a program or command line that Ansible would start on "
-                                  "the gateway's machine, and this worker runs only the modules given with --allow: "
-                                  "it is refused. Ask the gateway's operator if the target needs it.",
+      if (restricted && !safe_when_restricted(name))
+        throw Refused(fmt::format("{}the argument '{}' is refused: this worker runs only the modules given with "
+                                  "--allow, and then takes only the connection variables that say where to connect "
+                                  "and as whom (ansible_host, ansible_port, ansible_user, ansible_password, "
+                                  "ansible_connection, ansible_ssh_private_key_file, ansible_timeout), none that "
+                                  "could name a program to start here. Ask the gateway's operator if the target "
+                                  "needs it.",
                                   where.prefix(), name));
+      // A host or user beginning with '-' would reach ssh's command line as an option.
+      if ((name == "ansible_host" || name == "ansible_user" || name == "ansible_ssh_host" ||
+           name == "ansible_ssh_user") &&
+          value.is_string() && value.get_string().starts_with("-"))
+        throw Refused(fmt::format("{}{}='{}' begins with '-', which ssh would read as an option: give a host "
+                                  "name, an address or a user name.",
+                                  where.prefix(), name, std::string_view(value.get_string())));
       target.vars[name] = std::move(value);
     } else {
       throw Refused(fmt::format("{}unknown library argument '{}'. {}.", where.prefix(), name, kAccepted));
@@ -249,6 +275,10 @@ Target parse_import(const Where& where, const json::array& args, const json::obj
   if (const auto* connection = target.vars.if_contains("ansible_connection")) {
     if (!connection->is_string() || !valid_module_name(connection->get_string()))
       throw Refused(fmt::format("{}ansible_connection={} is not a connection plugin name (local, ssh, paramiko, ...).",
+                                where.prefix(), text_of(*connection)));
+    if (restricted && !safe_connection(connection->get_string()))
+      throw Refused(fmt::format("{}ansible_connection={} is refused: this worker runs only the modules given with "
+                                "--allow, and then connects only with local, ssh or paramiko.",
                                 where.prefix(), text_of(*connection)));
   } else {
     target.vars["ansible_connection"] = host ? "ssh" : "local";
@@ -380,7 +410,9 @@ std::string playbook(std::string_view module, const json::object& args, const js
 
 Outcome parse_outcome(std::string_view text) {
   boost::system::error_code ec;
-  auto value = json::parse(text, ec);
+  // Output that is not UTF-8 (a command printing Latin-1) reaches the record as lone surrogate escapes
+  // (Python's surrogateescape), which Boost.JSON refuses: read them as U+FFFD.
+  auto value = json::parse(jsontext::replace_lone_surrogates(text), ec);
   const auto* status = !ec && value.is_object() ? value.get_object().if_contains("status") : nullptr;
   const auto* result = !ec && value.is_object() ? value.get_object().if_contains("result") : nullptr;
   if (!status || !status->is_string() || !result || !result->is_object())

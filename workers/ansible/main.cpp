@@ -147,10 +147,12 @@ class Workspace {
   const fs::path& dir() const { return dir_; }
   bool home_writable() const { return home_writable_; }
   std::vector<std::string> env() const { return env_; }
+  // A directory no one could have prepared (Ansible reads ./ansible.cfg and plugins next to the playbook).
   fs::path new_run_dir() {
-    auto dir = dir_ / fmt::format("run-{}", ++runs_);
-    fs::create_directories(dir);
-    return dir;
+    std::string pattern = (dir_ / fmt::format("run-{}-XXXXXX", ++runs_)).string();
+    if (!::mkdtemp(pattern.data()))
+      throw std::system_error(errno, std::generic_category(), "cannot create a directory " + pattern);
+    return pattern;
   }
 
  private:

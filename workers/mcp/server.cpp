@@ -2,6 +2,7 @@
 #include "workers/mcp/server.hpp"
 
 #include "common/log.hpp"
+#include "common/protocol/json_text.hpp"
 
 #include <fmt/format.h>
 
@@ -286,7 +287,20 @@ json::object McpServer::read_message(std::optional<Clock::time_point> deadline) 
     json::parse_options options;
     options.max_depth = 1000;
     json::value message = json::parse(line, ec, {}, options);
+    if (ec) {
+      // JavaScript servers write a string cut inside a surrogate pair as a lone \uD83D, which Boost.JSON
+      // refuses: read it with U+FFFD in its place.
+      ec.clear();
+      message = json::parse(jsontext::replace_lone_surrogates(line), ec, {}, options);
+    }
     if (!ec && message.is_object()) return std::move(message.as_object());
+    // A broken answer must not leave its request waiting for ever: a line that names an id fails the
+    // request being waited for.
+    if (ec && line.find("\"id\"") != std::string::npos)
+      throw ServerError(-32700,
+                        fmt::format("sent an answer that is not valid JSON ({}): {}", ec.message(),
+                                    log::printable(line, 300)),
+                        json::value());
     // Stdout belongs to the protocol; a server that prints there anyway is logged, not fatal.
     log::warn("MCP server {} (pid {}) wrote a line that is not a JSON-RPC message; skipped: {}", program_, pid_,
               log::printable(line));
@@ -302,7 +316,13 @@ void McpServer::write_line(const std::string& line, std::optional<Clock::time_po
     const int r = ::poll(fds, 2, poll_timeout(deadline));
     if (r < 0 && errno == EINTR) continue;
     if (r == 0 && deadline && Clock::now() >= *deadline) throw ServerTimeout("it did not read its input in time");
-    if (fds[1].revents && in_.size() < 2 * kMaxLine) fill(Clock::now());
+    if (fds[1].revents) {
+      // A server that writes more than two lines' limit while it does not read is not one to wait for
+      // (and its readable stdout would make this loop spin).
+      if (in_.size() >= 2 * kMaxLine)
+        gone(fmt::format("wrote more than {} MiB without reading its input", (2 * kMaxLine) >> 20));
+      fill(Clock::now());
+    }
     if (fds[0].revents & (POLLERR | POLLHUP)) gone("closed its standard input");
     if (!(fds[0].revents & POLLOUT)) continue;
     const ssize_t n = ::write(stdin_, rest.data(), rest.size());

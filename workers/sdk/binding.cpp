@@ -256,12 +256,7 @@ json::object bind_arguments(const std::string& library, const Keyword& keyword, 
 }
 
 std::string show_value(const json::value& v) {
-  std::string text = v.is_string() ? std::string(v.get_string()) : json::serialize(v);
-  if (text.size() > 80) {
-    text.resize(77);
-    text += "...";
-  }
-  return text;
+  return log::valid_utf8(v.is_string() ? std::string_view(v.get_string()) : json::serialize(v), 80);
 }
 
 }  // namespace rjg::sdk

@@ -56,7 +56,7 @@ void Call::out_of_range(std::string_view name, std::string_view type) const {
 namespace {
 void send_log(Output& out, std::string_view message, std::string_view level, bool html, bool console) {
   json::object params;
-  params["message"] = message;
+  params["message"] = log::valid_utf8(message);  // a log line may quote any bytes a process printed
   params["level"] = level;
   params["html"] = html;
   params["console"] = console;

@@ -348,7 +348,8 @@ std::optional<json::value> convert(const json::value& value, std::string_view ty
 // library, keyword and argument.
 json::object bind_arguments(const std::string& library, const Keyword& keyword, const json::array& args,
                             const json::object& kwargs);
-// A value as an error message shows it: a string as it is, anything else as JSON, cut at 80 characters.
+// A value as an error message shows it: a string as it is, anything else as JSON, cut at 80 bytes
+// (at a character boundary).
 std::string show_value(const json::value& value);
 
 // ---------------------------------------------------------------------------------------------

@@ -39,12 +39,14 @@ std::string_view to_string(ErrorMode mode) {
 }
 
 // A RunKeywordResult with `error` set. Optional fields are left out when empty, as the reference does.
+// Texts are made valid UTF-8: a message that quotes what a process printed may hold any bytes, and a
+// peer drops an answer with invalid UTF-8 (the keyword would never end).
 json::object error_result(std::string_view message, std::string_view type, std::string_view traceback = {},
                           ErrorMode mode = ErrorMode::unset) {
   json::object error;
-  error["message"] = message;
-  if (!type.empty()) error["type"] = type;
-  if (!traceback.empty()) error["traceback"] = traceback;
+  error["message"] = log::valid_utf8(message);
+  if (!type.empty()) error["type"] = log::valid_utf8(type);
+  if (!traceback.empty()) error["traceback"] = log::valid_utf8(traceback);
   if (mode != ErrorMode::unset) error["mode"] = to_string(mode);
   json::object result;
   result["error"] = std::move(error);
@@ -120,7 +122,7 @@ void Session::reply(const Message& request, const json::value& result) {
 }
 
 void Session::reply_error(std::string_view id_text, int code, std::string_view message) {
-  out_.send(make_error_raw(id_text, code, message));
+  out_.send(make_error_raw(id_text, code, log::valid_utf8(message)));
 }
 
 void Session::refuse(const Message& request, int code, std::string message) {
@@ -178,7 +180,7 @@ void Session::on_import_library(const Message& m, params::ImportLibrary p) {
       extra_result = std::move(context.extra_result);
     } catch (const RpcError& e) {
       log::warn("import of '{}' failed: {}", library_.name(), e.what());
-      out_.send(make_error_raw(m.id_text(), e.code, e.what(), e.data_text));
+      out_.send(make_error_raw(m.id_text(), e.code, log::valid_utf8(e.what()), e.data_text));
       return;
     } catch (const std::exception& e) {
       log::warn("import of '{}' failed: {}", library_.name(), e.what());
@@ -243,7 +245,7 @@ std::string Session::run_keyword(const Message& m, const params::RunKeyword& p) 
       return answer(result);
     } catch (const RpcError& e) {
       log::debug("keyword '{}' answered with error {}: {}", keyword->name, e.code, e.what());
-      return make_error_raw(m.id_text(), e.code, e.what(), e.data_text);
+      return make_error_raw(m.id_text(), e.code, log::valid_utf8(e.what()), e.data_text);
     } catch (const KeywordError& e) {
       log::debug("keyword '{}' failed: {}: {}", keyword->name, e.type(), e.what());
       return error_result(e.what(), e.type(), e.traceback(), e.mode());
