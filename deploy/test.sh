@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything, and runs every test (unit and integration); then runs
-# the whole suite again built with AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/), the
-# integration suite built with ThreadSanitizer (deploy/tsan.sh, build-tsan/), and each fuzz target
-# briefly (deploy/fuzz.sh, build-fuzz/). Fails if any stage fails.
+# the whole suite again with AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/), the
+# integration suite with ThreadSanitizer (deploy/tsan.sh, build-tsan/), and each fuzz target briefly
+# (deploy/fuzz.sh, build-fuzz/). Fails if any stage fails.
 #
-# The unit tests are built and run once, in the ASan/UBSan stage (in the first build with SANITIZE=0).
+# Each test program is compiled once. The integration tests are built in the first build and run there,
+# then again against the gateway and workers of the ASan and the TSan build (RJG_BIN_DIR: the processes
+# they start are what the sanitizers must see); the unit tests, which test code in-process, are built
+# and run in the ASan build (in the first build with SANITIZE=0).
 # Node's MCP reference server, which the MCP adapter's tests run, is installed with npm into BUILD/npm
 # (a pinned version) and named to every stage's tests in RJG_MCP_SERVER.
 #
@@ -64,7 +67,7 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
   # inlines enough to run the integration tests quickly, and line tables are all a report needs.
   echo "sanitizers: building the suite with ASan and UBSan into $asan_build (in the background)" >&2
   start_build sanitizers "$asan_build.log" env BUILD_DIR="$asan_build" "$top/deploy/build.sh" -DRJG_BUILD_TESTS=ON \
-    -DRJG_BUILD_BENCH=OFF -DRJG_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-Og -g1 -D_GLIBCXX_ASSERTIONS"
+    -DRJG_INTEGRATION_TESTS=OFF -DRJG_BUILD_BENCH=OFF -DRJG_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-Og -g1 -D_GLIBCXX_ASSERTIONS"
 fi
 (cd "$build" && ctest --output-on-failure --timeout 300 -j2)
 
@@ -84,8 +87,10 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
   # the stage's 4 minutes), they run half as long: both still go through every kind of session and
   # fault, which is what the sanitizers need to see.
   log=$asan_build/ctest.log
-  if (cd "$asan_build" && RJG_SOAK_SECONDS=${RJG_SOAK_SECONDS:-20} RJG_CHURN_SESSIONS=${RJG_CHURN_SESSIONS:-500} \
-        ctest --output-on-failure --timeout 600 -j2 >"$log" 2>&1); then
+  if (cd "$asan_build" && ctest --output-on-failure --timeout 600 -j2 >"$log" 2>&1) &&
+     (cd "$build" && RJG_BIN_DIR="$asan_build/bin" RJG_SANITIZER=address RJG_SOAK_SECONDS=${RJG_SOAK_SECONDS:-20} \
+        RJG_CHURN_SESSIONS=${RJG_CHURN_SESSIONS:-500} ctest -L integration --output-on-failure --timeout 600 -j2 \
+        >>"$log" 2>&1); then
     passed=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' "$log" || true)
     skipped=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*Skipped' "$log" || true)
     echo "sanitizers: $passed tests clean under ASan and UBSan ($skipped skipped; log: $log)" >&2
@@ -108,7 +113,7 @@ if [[ ${TSAN:-1} != 0 ]]; then
   if [[ $fuzz_seconds != 0 ]]; then
     start_build fuzz "$fuzz_build.log" env BUILD_DIR="$fuzz_build" FUZZ_STEP=build "$top/deploy/fuzz.sh"
   fi
-  BUILD_DIR=$tsan_build TSAN_STEP=$tsan_step "$top/deploy/tsan.sh"
+  BUILD_DIR=$tsan_build TESTS_BUILD_DIR=$build TSAN_STEP=$tsan_step "$top/deploy/tsan.sh"
 fi
 
 if [[ $fuzz_seconds != 0 ]]; then

@@ -38,17 +38,36 @@ extern char** environ;
 
 namespace rjg::test {
 
+namespace {
+std::string under_test(std::string_view built) {
+  const char* dir = std::getenv("RJG_BIN_DIR");
+  if (!dir || !*dir) return std::string(built);
+  return (fs::path(dir) / fs::path(built).filename()).string();
+}
+}  // namespace
+
 const std::string& gateway_binary() {
-  static const std::string path = RJG_GATEWAY_BIN;
+  static const std::string path = under_test(RJG_GATEWAY_BIN);
   return path;
 }
 const std::string& test_worker_binary() {
-  static const std::string path = RJG_TEST_WORKER_BIN;
+  static const std::string path = under_test(RJG_TEST_WORKER_BIN);
   return path;
 }
 const std::string& cli_binary() {
-  static const std::string path = RJG_CLI_BIN;
+  static const std::string path = under_test(RJG_CLI_BIN);
   return path;
+}
+
+std::string_view sanitizer_under_test() {
+  if (const char* named = std::getenv("RJG_SANITIZER"); named && *named) return named;
+#if defined(__SANITIZE_ADDRESS__)
+  return "address";
+#elif defined(__SANITIZE_THREAD__)
+  return "thread";
+#else
+  return "";
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------

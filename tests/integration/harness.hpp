@@ -25,10 +25,17 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// Paths of the binaries under test, from compile definitions.
+// Paths of the binaries under test: those of this build (compile definitions), or, when RJG_BIN_DIR is
+// set, the programs of the same name in that directory. deploy/test.sh runs these tests against the
+// gateway and workers of its ASan and TSan builds that way: the processes the tests start are what the
+// sanitizers must see, and the test programs are compiled once.
 const std::string& gateway_binary();
 const std::string& test_worker_binary();
 const std::string& cli_binary();
+// The sanitizer the binaries under test were built with: RJG_SANITIZER ("address", "thread") when set,
+// else this program's own, else "" (none). Tests that cannot hold under one (RLIMIT_AS with shadow
+// memory, an RSS bound) say so and skip that part.
+std::string_view sanitizer_under_test();
 
 // A fresh directory under $TMPDIR (or /tmp), removed on destruction unless keep() was called.
 class TempDir {

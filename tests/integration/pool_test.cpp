@@ -739,15 +739,14 @@ using PoolRlimitTest = PoolTest;
 // rlimits apply to the library's worker (and only to it): an allocation past RLIMIT_AS fails (or kills
 // that worker), descriptors stop at RLIMIT_NOFILE, and the gateway serves on.
 TEST_F(PoolRlimitTest, LimitsApplyToTheWorkerOnly) {
-#if defined(__SANITIZE_ADDRESS__)
   // An AddressSanitizer worker reserves terabytes of shadow address space at start: RLIMIT_AS kills it
-  // before main(). The normal build runs this test.
-  GTEST_SKIP() << "RLIMIT_AS cannot be tested with AddressSanitizer-built workers";
-#elif defined(__SANITIZE_THREAD__)
-  // So does a ThreadSanitizer worker (its shadow memory and its allocator's fixed region): it dies in
-  // the runtime's start-up ("CHECK failed: sanitizer_allocator_primary64.h") before main().
-  GTEST_SKIP() << "RLIMIT_AS cannot be tested with ThreadSanitizer-built workers";
-#endif
+  // before main(). So does a ThreadSanitizer worker (its shadow memory and its allocator's fixed region):
+  // it dies in the runtime's start-up ("CHECK failed: sanitizer_allocator_primary64.h"). The normal
+  // build runs this test.
+  if (sanitizer_under_test() == "address")
+    GTEST_SKIP() << "RLIMIT_AS cannot be tested with AddressSanitizer-built workers";
+  if (sanitizer_under_test() == "thread")
+    GTEST_SKIP() << "RLIMIT_AS cannot be tested with ThreadSanitizer-built workers";
   constexpr std::int64_t kAddressSpace = 512ll << 20;
   start({pool_library("Limited", "rlimits = { address_space = \"512MiB\", open_files = 64, cpu_seconds = 3600 }\n"),
          test_library("Free")});
