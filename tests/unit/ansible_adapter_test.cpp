@@ -29,6 +29,14 @@ TEST(AnsibleImport, ALocalConnectionByDefaultOnAnsiblesOwnPython) {
   EXPECT_TRUE(target.modules.empty());
 }
 
+TEST(AnsibleImport, TheLocalConnectionByItsFullNameIsLocalToo) {
+  const auto target = parse_import(kImport, {}, json::object{{"ansible_connection", "ansible.builtin.local"}}, false,
+                                   "/usr/bin/python3");
+  EXPECT_TRUE(is_local(target));
+  EXPECT_EQ(target.vars.at("ansible_python_interpreter"), "/usr/bin/python3");
+  EXPECT_EQ(target.host, "localhost");
+}
+
 TEST(AnsibleImport, AHostMeansSshAndVariablesPassThrough) {
   const auto target = parse_import(kImport, json::array{"ansible_user=lab"},
                                    json::object{{"ansible_host", "10.0.0.5"}, {"ansible_port", 2222},

@@ -283,13 +283,19 @@ Target parse_import(const Where& where, const json::array& args, const json::obj
   } else {
     target.vars["ansible_connection"] = host ? "ssh" : "local";
   }
-  const bool local = target.vars.at("ansible_connection") == "local";
+  const bool local = is_local(target);
   // A local connection runs modules on the interpreter Ansible itself runs on (as Ansible's implicit
   // localhost does), rather than whatever "python3" comes first on PATH.
   if (local && !local_python.empty() && !target.vars.contains("ansible_python_interpreter"))
     target.vars["ansible_python_interpreter"] = local_python;
   target.host = host ? *host : local ? "localhost" : "the inventory host";
   return target;
+}
+
+bool is_local(const Target& target) {
+  const auto* connection = target.vars.if_contains("ansible_connection");
+  return connection && connection->is_string() &&
+         (connection->get_string() == "local" || connection->get_string() == "ansible.builtin.local");
 }
 
 bool valid_module_name(std::string_view name) {

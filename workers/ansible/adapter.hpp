@@ -47,6 +47,8 @@ Target parse_import(const Where& where, const json::array& args, const json::obj
                     const std::string& local_python);
 
 // [A-Za-z0-9_.]+, not starting or ending with a dot.
+// Whether the target is this machine (ansible_connection local, by its short or its full name).
+bool is_local(const Target& target);
 bool valid_module_name(std::string_view name);
 // Throws Refused unless valid_module_name.
 void check_module_name(const Where& where, std::string_view name);

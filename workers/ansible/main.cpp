@@ -204,6 +204,10 @@ ans::RunResult run_program(const ans::Where& where, std::vector<std::string> arg
     return ans::run(argv, env, cwd.string(), stdout_file,
                     [&](std::string_view line) { log::info("{}: {}", fs::path(argv[0]).filename().string(), line); });
   } catch (const std::system_error& e) {
+    if (e.code() == std::errc::operation_canceled)
+      throw ans::Refused(fmt::format("{}{} was not started: this worker is stopping (the gateway ended it, "
+                                     "or its keyword_timeout passed).",
+                                     where.prefix(), argv[0]));
     throw ans::Refused(fmt::format("{}{} could not be started: {}. {}.", where.prefix(), argv[0], e.what(), kInstall));
   }
 }
@@ -222,7 +226,7 @@ ans::Mapped run_module(const ans::Where& where, const ans::Target& target, const
   auto env = workspace.env();
   env.push_back("RJG_ANSIBLE_RESULT=" + (run.path / "result.json").string());
   // Modules of a local connection run under this HOME too: their temp files then go where Ansible's do.
-  if (!workspace.home_writable() && target.vars.at("ansible_connection") == "local")
+  if (!workspace.home_writable() && ans::is_local(target))
     env.push_back("ANSIBLE_REMOTE_TEMP=" + (workspace.dir() / "tmp").string());
   log::info("{}running ansible-playbook: module '{}' on host {}{}", where.prefix(), module, target.host,
             check_mode ? " (check mode)" : "");

@@ -132,35 +132,47 @@ RunResult run(const std::vector<std::string>& argv, const std::vector<std::strin
   }
 
   // Read until end of output. Should something outside the group hold the pipe after ansible has ended, the
-  // output is given up two seconds later.
+  // output is given up two seconds later. Whatever goes wrong here (a callback that throws), the group is
+  // ended and reaped before the error goes on: nothing is left running.
   std::string partial;
   std::optional<std::chrono::steady_clock::time_point> give_up;
   char buffer[16384];
-  for (;;) {
-    pollfd p{out_read.fd, POLLIN, 0};
-    const int ready = ::poll(&p, 1, 200);
-    if (ready < 0 && errno != EINTR) break;
-    if (ready > 0) {
-      n = ::read(out_read.fd, buffer, sizeof buffer);
-      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (n <= 0) break;
-      partial.append(buffer, static_cast<std::size_t>(n));
-      std::size_t start = 0, eol;
-      while ((eol = partial.find('\n', start)) != std::string::npos) {
-        on_line(std::string_view(partial).substr(start, eol - start));
-        start = eol + 1;
+  try {
+    for (;;) {
+      pollfd p{out_read.fd, POLLIN, 0};
+      const int ready = ::poll(&p, 1, 200);
+      if (ready < 0 && errno != EINTR) break;
+      if (ready > 0) {
+        n = ::read(out_read.fd, buffer, sizeof buffer);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n <= 0) break;
+        partial.append(buffer, static_cast<std::size_t>(n));
+        std::size_t start = 0, eol;
+        while ((eol = partial.find('\n', start)) != std::string::npos) {
+          on_line(std::string_view(partial).substr(start, eol - start));
+          start = eol + 1;
+        }
+        result.output.append(partial, 0, start);
+        partial.erase(0, start);
+        if (partial.size() > 1024 * 1024) {  // a line without end: given as it is, so far
+          on_line(partial);
+          result.output += partial;
+          partial.clear();
+        }
+        if (result.output.size() > 512 * 1024) result.output.erase(0, result.output.size() - 256 * 1024);
+        continue;
       }
-      result.output.append(partial, 0, start);
-      partial.erase(0, start);
-      if (result.output.size() > 512 * 1024) result.output.erase(0, result.output.size() - 256 * 1024);
-      continue;
+      if (!give_up && reap(WNOHANG)) give_up = std::chrono::steady_clock::now() + 2s;
+      if (give_up && std::chrono::steady_clock::now() > *give_up) break;
     }
-    if (!give_up && reap(WNOHANG)) give_up = std::chrono::steady_clock::now() + 2s;
-    if (give_up && std::chrono::steady_clock::now() > *give_up) break;
-  }
-  if (!partial.empty()) {
-    on_line(partial);
-    result.output += partial;
+    if (!partial.empty()) {
+      on_line(partial);
+      result.output += partial;
+    }
+  } catch (...) {
+    if (!reaped) ::killpg(pid, SIGKILL);  // once reaped, the number may already be another process's
+    reap(0);
+    throw;
   }
   reap(0);
   return result;
