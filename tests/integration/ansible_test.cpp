@@ -33,12 +33,6 @@ class AnsibleTest : public GatewayTest {
     return spec;
   }
 
-  static const json::object* keyword(const json::object& definition, std::string_view name) {
-    for (const auto& k : definition.at("keywords").as_array())
-      if (k.as_object().at("name") == json::value(json::string(name))) return &k.as_object();
-    return nullptr;
-  }
-
   static std::string failure(const RpcReply& reply) {
     const auto* error = reply.keyword_error();
     return error ? json::value_to<std::string>(error->at("message")) : "(no keyword failure: " + describe(reply) + ")";
@@ -69,9 +63,9 @@ TEST_F(AnsibleTest, ModulesRunFailChangeNothingInCheckModeAndBecomeKeywords) {
 
   // modules=: a keyword per module, documented from ansible-doc, its options named.
   const auto& definition = imported.result->at("definition").as_object();
-  ASSERT_TRUE(keyword(definition, "Run Action")) << definition;
-  ASSERT_TRUE(keyword(definition, "Gather Facts")) << definition;
-  const auto* file = keyword(definition, "file");
+  ASSERT_TRUE(keyword_definition(definition, "Run Action")) << definition;
+  ASSERT_TRUE(keyword_definition(definition, "Gather Facts")) << definition;
+  const auto* file = keyword_definition(definition, "file");
   ASSERT_TRUE(file) << definition;
   const auto& args = file->at("args").as_array();
   EXPECT_EQ(args[0].at("name"), "path");  // the one required option comes first
@@ -82,7 +76,7 @@ TEST_F(AnsibleTest, ModulesRunFailChangeNothingInCheckModeAndBecomeKeywords) {
   EXPECT_TRUE(has_state) << *file;
   EXPECT_EQ(args.back().at("name"), "diff");
   EXPECT_TRUE(contains(json::value_to<std::string>(file->at("doc")), "Manage files and file properties")) << *file;
-  ASSERT_TRUE(keyword(definition, "ping")) << definition;
+  ASSERT_TRUE(keyword_definition(definition, "ping")) << definition;
 
   const auto pong = client.run_keyword(token, "ping");
   RJG_ASSERT_KEYWORD_OK(pong);

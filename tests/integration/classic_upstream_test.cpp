@@ -40,12 +40,6 @@ class ClassicUpstreamTest : public GatewayTest {
     GatewayTest::TearDown();
   }
 
-  static const json::object* keyword(const json::object& definition, std::string_view name) {
-    for (const auto& k : definition.at("keywords").as_array())
-      if (k.as_object().at("name") == json::value(json::string(name))) return &k.as_object();
-    return nullptr;
-  }
-
   TempDir dir_{"rjg-classic-server"};
   fs::path port_file_;
   std::optional<ChildProcess> server_;
@@ -59,7 +53,7 @@ TEST_F(ClassicUpstreamTest, AnImportDescribesTheServersKeywords) {
   ASSERT_TRUE(reply.ok()) << describe(reply) << gateway().log_tail();
   const auto& definition = reply.result->at("definition").as_object();
   EXPECT_EQ(definition.at("doc"), "A library for the gateway's tests of classic upstreams.");
-  const auto* add = keyword(definition, "add");
+  const auto* add = keyword_definition(definition, "add");
   ASSERT_TRUE(add) << definition;
   const auto& args = add->at("args").as_array();
   ASSERT_EQ(args.size(), 4u) << *add;
@@ -80,7 +74,7 @@ TEST_F(ClassicUpstreamTest, AServerWithoutLibraryInformationIsAskedKeywordByKeyw
   auto [client, token] = session("Classic");
   auto reply = client.import_library("Classic");
   ASSERT_TRUE(reply.ok()) << describe(reply);
-  const auto* add = keyword(reply.result->at("definition").as_object(), "add");
+  const auto* add = keyword_definition(reply.result->at("definition").as_object(), "add");
   ASSERT_TRUE(add);
   EXPECT_EQ(add->at("args").as_array().size(), 4u) << *add;
   EXPECT_EQ(add->at("tags"), (json::array{"math"}));

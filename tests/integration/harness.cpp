@@ -461,6 +461,12 @@ RpcClient GatewayProcess::connect(std::chrono::milliseconds timeout) const {
 
 // ---------------------------------------------------------------------------------------------
 
+const json::object* keyword_definition(const json::object& definition, std::string_view name) {
+  for (const auto& k : definition.at("keywords").as_array())
+    if (k.as_object().at("name") == json::value(json::string(name))) return &k.as_object();
+  return nullptr;
+}
+
 json::value keyword_value(const RpcReply& reply) {
   if (!reply.result || !reply.result->is_object()) return nullptr;
   auto it = reply.result->get_object().find("result");

@@ -244,6 +244,8 @@ std::int64_t as_int(const json::value& v);
 std::string token_of(const RpcReply& reply);
 // RunKeywordResult.result, or null when the field is left out (a keyword that returned None).
 json::value keyword_value(const RpcReply& reply);
+// The keyword named `name` in an import's LibraryDefinition, or nullptr.
+const json::object* keyword_definition(const json::object& definition, std::string_view name);
 // Initialize + initialized + import; returns the gateway token (ASSERT-style: throws on failure).
 std::string open_library(RpcClient& client, const std::string& library, json::array args = {},
                          json::object kw_args = {});

@@ -110,12 +110,6 @@ class McpTest : public GatewayTest {
     return pids_eventually(R"(started MCP server .* \(pid (\d+)\))", at_least);
   }
 
-  static const json::object* keyword(const json::object& definition, std::string_view name) {
-    for (const auto& k : definition.at("keywords").as_array())
-      if (k.as_object().at("name") == json::value(json::string(name))) return &k.as_object();
-    return nullptr;
-  }
-
   static std::string message_of(const RpcReply& reply) {
     const auto* error = reply.keyword_error();
     return error ? json::value_to<std::string>(error->at("message")) : std::string();
@@ -145,7 +139,7 @@ TEST_F(McpTest, KeywordsAreTheServersToolsWithTheirArgumentsAndTypes) {
   ASSERT_TRUE(reply.ok()) << describe(reply);
   const auto& definition = reply.result->at("definition").as_object();
   EXPECT_EQ(definition.at("name"), "Everything");
-  const auto* sum = keyword(definition, "get-sum");
+  const auto* sum = keyword_definition(definition, "get-sum");
   ASSERT_TRUE(sum) << definition;
   const auto& args = sum->at("args").as_array();
   ASSERT_EQ(args.size(), 2u) << *sum;
@@ -156,22 +150,22 @@ TEST_F(McpTest, KeywordsAreTheServersToolsWithTheirArgumentsAndTypes) {
     EXPECT_EQ(args[i].at("kind"), "POSITIONAL_OR_NAMED");
   }
   EXPECT_TRUE(contains(json::value_to<std::string>(sum->at("doc")), "Get Sum Tool")) << *sum;
-  const auto* echo = keyword(definition, "echo");
+  const auto* echo = keyword_definition(definition, "echo");
   ASSERT_TRUE(echo);
   EXPECT_EQ(echo->at("args").at(0).at("type"), "str");
   // Optional properties come after the required ones, with the schema's defaults.
-  const auto* longop = keyword(definition, "trigger-long-running-operation");
+  const auto* longop = keyword_definition(definition, "trigger-long-running-operation");
   ASSERT_TRUE(longop);
   EXPECT_EQ(longop->at("args").at(0).at("name"), "duration");
   EXPECT_EQ(longop->at("args").at(0).at("has_default"), true);
   EXPECT_EQ(as_int(longop->at("args").at(0).at("default")), 10);
-  const auto* annotated = keyword(definition, "get-annotated-message");
+  const auto* annotated = keyword_definition(definition, "get-annotated-message");
   ASSERT_TRUE(annotated);
   EXPECT_EQ(annotated->at("args").at(1).at("type"), "bool");
   EXPECT_EQ(annotated->at("args").at(1).at("default"), false);
   for (const char* generic : {"Call Tool", "List Tools", "List Resources", "Read Resource", "List Prompts",
                               "Get Prompt", "MCP Call Tool", "MCP Get Prompt"})
-    EXPECT_TRUE(keyword(definition, generic)) << generic;
+    EXPECT_TRUE(keyword_definition(definition, generic)) << generic;
 }
 
 TEST_F(McpTest, ToolsReturnTheirValuesAndBadArgumentsFailTheKeyword) {
@@ -284,7 +278,7 @@ TEST_F(McpTest, PickledArgumentsReachTheToolAsJsonAndOtherPicklesAreRefused) {
   const auto imported = client.import_library("Everything");
   ASSERT_TRUE(imported.ok()) << describe(imported);
   for (const char* name : {"inspect", "ask", "exit"})
-    EXPECT_TRUE(keyword(imported.result->at("definition").as_object(), name)) << name;
+    EXPECT_TRUE(keyword_definition(imported.result->at("definition").as_object(), name)) << name;
 
   pickle::PyDict dict;
   dict.items.emplace_back(pickle::PyValue("k"), pickle::PyValue(pickle::PyList{{pickle::PyValue(1), pickle::PyValue("two")}}));
