@@ -22,14 +22,7 @@ packages=(
   haproxy                                  # two gateways behind a real HAProxy (haproxy_test); its service is not wanted
   python3                                  # the classic Remote tests: Python's own xmlrpc.client and xmlrpc.server,
                                            # and the pickle codec's check against CPython (nothing is installed into it)
-  ansible-core                             # robot-ansible-worker runs Ansible modules with it (workers/ansible)
 )
-# Node.js and npm: the MCP adapter's tests run Node's MCP reference server, which deploy/test.sh installs
-# with npm into the build folder. Debian's nodejs and npm, unless a Node.js with npm is already there
-# (NodeSource's nodejs package carries its own npm and conflicts with Debian's).
-if ! command -v npm >/dev/null 2>&1; then
-  packages+=(nodejs npm)
-fi
 
 packages+=("$@")
 

@@ -22,7 +22,13 @@ fuzz_build=${FUZZ_BUILD_DIR:-$build-fuzz}
 fuzz_seconds=${FUZZ_SECONDS:-10}
 mcp_server_package=@modelcontextprotocol/server-everything@2026.8.31
 
-"$top/deploy/install-deps.sh"
+# What the adapter workers' tests run, beyond the build's packages (the quick start needs neither):
+# ansible-core for robot-ansible-worker; Node.js and npm for Node's MCP reference server, installed
+# below. Debian's nodejs and npm, unless a Node.js with npm is already there (NodeSource's nodejs
+# package carries its own npm and conflicts with Debian's).
+test_packages=(ansible-core)
+command -v npm >/dev/null 2>&1 || test_packages+=(nodejs npm)
+"$top/deploy/install-deps.sh" "${test_packages[@]}"
 # Each stage's build runs while the stage before it tests, at the lowest CPU priority: the tests spend
 # much of their time waiting on processes and sockets, and take the CPU back whenever they need it. A
 # background build writes its own log, printed only when it fails. (The tests assert no timings, so
