@@ -188,19 +188,22 @@ class MemoryTest : public GatewayTest, public ::testing::WithParamInterface<bool
     const std::uint64_t peak = proc_status_bytes(gateway().pid(), "VmHWM");
     const std::uint64_t bound = formula(s, 1, calls, workers);
     ASSERT_GT(peak, 0u);
-    if (sanitizer_under_test() == "thread") {
-      // Under ThreadSanitizer each byte the gateway touches has shadow memory besides, and its allocator
-      // keeps what is freed: the peak would measure TSan, not the formula. The behaviour is still checked
-      // here; the normal and the ASan build compare the peak.
-      std::cerr << fmt::format("[ memory ] {}: baseline {} KiB, peak {} KiB (not compared under ThreadSanitizer)\n",
-                               s.defaults ? "defaults" : "tight settings", baseline_ / kKiB, peak / kKiB);
+    if (const auto sanitizer = sanitizer_under_test(); !sanitizer.empty()) {
+      // A sanitizer's allocator keeps what is freed (ASan's quarantine holds up to 256 MiB of freed blocks
+      // so that a use after free is caught; TSan's allocator caches them) and adds its own per-block
+      // memory: the peak would measure the sanitizer, not the formula. CI's ASan stage once went 300 KiB
+      // over the tight bound this way. The behaviour is still checked here; the normal build compares
+      // the peak.
+      std::cerr << fmt::format("[ memory ] {}: baseline {} KiB, peak {} KiB (not compared under the {} sanitizer)\n",
+                               s.defaults ? "defaults" : "tight settings", baseline_ / kKiB, peak / kKiB,
+                               sanitizer);
       return;
     }
     EXPECT_LE(peak, baseline_ + bound) << "peak RSS " << peak / kKiB << " KiB; baseline " << baseline_ / kKiB
                                        << " KiB + formula " << bound / kKiB << " KiB";
     if (s.defaults) {
-      // What the gateway took on top of what it had at start: under ASan the baseline itself is some 75 MB
-      // of the sanitizer's own (and grows with the binary), so an absolute bound would measure ASan.
+      // What the gateway took on top of what it had at start, not an absolute figure: the baseline
+      // grows with the binary and the machine's libraries.
       EXPECT_LT(peak - std::min(peak, baseline_), 96 * kMiB)
           << "peak RSS " << peak / kKiB << " KiB with the defaults; baseline " << baseline_ / kKiB << " KiB";
     }
