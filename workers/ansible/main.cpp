@@ -33,6 +33,7 @@
 // start a program named by the client on this machine (*_executable, *_interpreter, *_args, *_command).
 // Gather Facts (setup with gather_subset only) is always allowed.
 #include "common/log.hpp"
+#include "common/process/child.hpp"
 #include "common/protocol/protocol.hpp"
 #include "common/xmlrpc/classic_values.hpp"
 #include "workers/ansible/adapter.hpp"
@@ -168,7 +169,7 @@ std::vector<std::string> allow_list;
 
 // The Ansible program `name` (ansible-playbook, ansible-doc), or the refusal telling how to install it.
 std::string program(const ans::Where& where, std::string_view name) {
-  if (auto path = ans::find_on_path(name)) return *path;
+  if (auto found = rjg::process::resolve_command(std::string(name)); found.path) return *found.path;
   const char* path = std::getenv("PATH");
   throw ans::Refused(fmt::format("{}Ansible is not installed here: {} is not on PATH ({}). {}.", where.prefix(), name,
                                  path ? path : "unset", kInstall));
@@ -235,7 +236,7 @@ ans::Mapped run_module(const ans::Where& where, const ans::Target& target, const
   const auto record = read_text(run.path / "result.json");
   if (record.empty())
     throw ans::Refused(fmt::format(
-        "{}ansible-playbook ended with {} and no result for module '{}' on host {}. It said:\n{}\nCheck the module "
+        "{}ansible-playbook {} and no result for module '{}' on host {}. It said:\n{}\nCheck the module "
         "name (ansible-doc -l lists the installed modules), its options and the library arguments.",
         where.prefix(), ran.describe(), module, target.host, ans::stderr_excerpt(ran.output)));
   try {
@@ -338,7 +339,7 @@ json::array module_keywords(const ans::Where& where, Import& import) {
   boost::system::error_code ec;
   auto docs = json::parse(read_text(run.path / "doc.json"), ec);
   if (ec || !docs.is_object())
-    throw ans::Refused(fmt::format("{}ansible-doc ended with {} and no documentation for modules={}. It said:\n{}",
+    throw ans::Refused(fmt::format("{}ansible-doc {} and no documentation for modules={}. It said:\n{}",
                                    where.prefix(), ran.describe(), fmt::join(import.target.modules, ","),
                                    ans::stderr_excerpt(ran.output)));
   json::array keywords;

@@ -1,9 +1,10 @@
 #include "workers/ansible/runner.hpp"
 
+#include "common/process/child.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,66 +47,36 @@ void pipe_pair(Fd& read_end, Fd& write_end) {
   write_end.fd = fds[1];
 }
 
-std::vector<char*> c_strings(const std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
-  out.push_back(nullptr);
-  return out;
-}
-
 }  // namespace
 
-std::string RunResult::describe() const {
-  if (WIFEXITED(status)) return fmt::format("exit code {}", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return fmt::format("signal {}", WTERMSIG(status));
-  return fmt::format("wait status {}", status);
-}
+std::string RunResult::describe() const { return process::describe_status(status); }
 
 RunResult run(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& cwd,
               const std::optional<std::string>& stdout_file, const std::function<void(std::string_view)>& on_line) {
-  Fd out_read, out_write, exec_read, exec_write;
+  Fd out_read, out_write, out_file;
   pipe_pair(out_read, out_write);
-  pipe_pair(exec_read, exec_write);
-  // Everything the child touches is prepared before fork: it may only make async-signal-safe calls.
-  auto args = c_strings(argv);
-  auto envp = c_strings(env);
-  const char* out_path = stdout_file ? stdout_file->c_str() : nullptr;
-  const pid_t parent = ::getpid();
+  if (stdout_file) {
+    out_file.fd = ::open(stdout_file->c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (out_file.fd < 0) throw std::system_error(errno, std::generic_category(), "opening " + *stdout_file);
+  }
+  process::ChildOptions child;
+  child.argv = argv;
+  child.env = env;
+  child.cwd = cwd;
+  child.stdout_fd = stdout_file ? out_file.fd : out_write.fd;
+  child.stderr_fd = out_write.fd;
+  child.own_group = true;  // stdin: /dev/null; a killed worker takes ansible with it (die_with_parent)
 
   pid_t pid;
   {
     // Registered before anyone can signal it: end_all() either sees this group or stops it from starting.
     std::lock_guard lock(registry.mutex);
     if (registry.ending) throw std::system_error(ECANCELED, std::generic_category(), "the worker is stopping");
-    pid = ::fork();
-    if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
-    if (pid == 0) {
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);  // the worker died before prctl
-      // The worker blocks its stop signals (its signal thread takes them) and ignores SIGPIPE: not so ansible.
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::signal(SIGPIPE, SIG_DFL);
-      int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-      int out = out_path ? ::open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : out_write.fd;
-      if (in < 0 || out < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(out_write.fd, 2) < 0 ||
-          ::chdir(cwd.c_str()) != 0) {
-        int e = errno;
-        [[maybe_unused]] auto n = ::write(exec_write.fd, &e, sizeof e);
-        ::_exit(127);
-      }
-      ::execve(args[0], args.data(), envp.data());
-      int e = errno;
-      [[maybe_unused]] auto n = ::write(exec_write.fd, &e, sizeof e);
-      ::_exit(127);
-    }
-    ::setpgid(pid, pid);  // also here, so the group exists before anything signals it
+    pid = process::start_child(child);
     registry.groups.insert(pid);
   }
   out_write.reset();
-  exec_write.reset();
+  out_file.reset();
 
   RunResult result;
   bool reaped = false;
@@ -122,15 +93,6 @@ RunResult run(const std::vector<std::string>& argv, const std::vector<std::strin
     return reaped;
   };
 
-  int exec_errno = 0;
-  ssize_t n;
-  while ((n = ::read(exec_read.fd, &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
-  }
-  if (n == sizeof exec_errno) {
-    reap(0);
-    throw std::system_error(exec_errno, std::generic_category(), argv[0]);
-  }
-
   // Read until end of output. Should something outside the group hold the pipe after ansible has ended, the
   // output is given up two seconds later. Whatever goes wrong here (a callback that throws), the group is
   // ended and reaped before the error goes on: nothing is left running.
@@ -143,7 +105,7 @@ RunResult run(const std::vector<std::string>& argv, const std::vector<std::strin
       const int ready = ::poll(&p, 1, 200);
       if (ready < 0 && errno != EINTR) break;
       if (ready > 0) {
-        n = ::read(out_read.fd, buffer, sizeof buffer);
+        const ssize_t n = ::read(out_read.fd, buffer, sizeof buffer);
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
         if (n <= 0) break;
         partial.append(buffer, static_cast<std::size_t>(n));
@@ -197,21 +159,6 @@ void end_all(std::chrono::milliseconds grace) {
   const auto deadline = std::chrono::steady_clock::now() + grace;
   while (!left().empty() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
   for (pid_t group : left()) ::killpg(group, SIGKILL);
-}
-
-std::optional<std::string> find_on_path(std::string_view name) {
-  const char* path = std::getenv("PATH");
-  std::string_view dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  for (std::size_t begin = 0; begin <= dirs.size();) {
-    auto colon = dirs.find(':', begin);
-    if (colon == std::string_view::npos) colon = dirs.size();
-    std::string dir(dirs.substr(begin, colon - begin));
-    begin = colon + 1;
-    if (dir.empty()) continue;
-    auto candidate = dir + "/" + std::string(name);
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return std::nullopt;
 }
 
 }  // namespace rjg::ansible

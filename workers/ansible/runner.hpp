@@ -15,10 +15,10 @@ namespace rjg::ansible {
 struct RunResult {
   int status = 0;      // raw wait status
   std::string output;  // stdout and stderr as they came (the last 256 KiB), unless stdout went to a file
-  std::string describe() const;  // "exit code 2", "signal 9"
+  std::string describe() const;  // "exited with status 2", "was killed by signal 9 (Killed)"
 };
 
-// Runs argv (argv[0] a path) with exactly `env`, in `cwd`, stdin /dev/null. stdout goes to `stdout_file`
+// Runs argv (argv[0] a path; see process::resolve_command) with exactly `env`, in `cwd`, stdin /dev/null. stdout goes to `stdout_file`
 // when given, else with stderr into `output`; each line is passed to on_line as it arrives. Throws
 // std::system_error when it cannot start (errno of the exec) or when end_all() has begun.
 RunResult run(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& cwd,
@@ -27,8 +27,5 @@ RunResult run(const std::vector<std::string>& argv, const std::vector<std::strin
 // Ends every group run() has running and lets no new one start: SIGTERM, SIGKILL after `grace` to what is
 // left. Any thread (the worker's signal thread calls it).
 void end_all(std::chrono::milliseconds grace);
-
-// An executable `name` in the directories of $PATH, or nullopt.
-std::optional<std::string> find_on_path(std::string_view name);
 
 }  // namespace rjg::ansible

@@ -2,14 +2,13 @@
 #include "workers/mcp/server.hpp"
 
 #include "common/log.hpp"
+#include "common/process/child.hpp"
 #include "common/protocol/json_text.hpp"
 
 #include <fmt/format.h>
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,8 +18,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-
-extern char** environ;
 
 namespace rjg::mcp {
 namespace {
@@ -34,38 +31,6 @@ std::string quoted(const std::string& arg) {
   std::string out = "'";
   for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
-}
-
-// Where execv finds `program`, as execvp would look for it; throws ServerGone when nowhere.
-std::string resolve(const std::string& program) {
-  auto runnable = [](const std::string& path) {
-    struct stat st{};
-    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-  };
-  if (program.find('/') != std::string::npos) {
-    if (runnable(program)) return program;
-    throw ServerGone(fmt::format("could not be started: '{}' {}", program,
-                                 ::access(program.c_str(), F_OK) == 0 ? "is not an executable file" : "does not exist"));
-  }
-  const char* path = std::getenv("PATH");
-  std::string_view rest = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  for (;;) {
-    const auto colon = rest.find(':');
-    std::string dir(rest.substr(0, colon));
-    if (dir.empty()) dir = ".";
-    if (runnable(dir + "/" + program)) return dir + "/" + program;
-    if (colon == std::string_view::npos) break;
-    rest.remove_prefix(colon + 1);
-  }
-  throw ServerGone(fmt::format("could not be started: '{}' was not found in PATH ({})", program,
-                               path ? path : "not set"));
-}
-
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
-  if (WIFSIGNALED(status))
-    return fmt::format("was killed by signal {} ({})", WTERMSIG(status), ::strsignal(WTERMSIG(status)));
-  return fmt::format("ended with wait status {}", status);
 }
 
 void close_fd(int& fd) {
@@ -86,55 +51,35 @@ McpServer::McpServer(std::vector<std::string> command, std::chrono::milliseconds
   if (command.empty()) throw ServerGone("has no command: give one after '--'");
   for (const auto& arg : command) command_text_ += (command_text_.empty() ? "" : " ") + quoted(arg);
   program_ = command.front().substr(command.front().rfind('/') + 1);
-  const std::string path = resolve(command.front());
+  const auto resolved = process::resolve_command(command.front());
+  if (!resolved.path) throw ServerGone(fmt::format("could not be started: {}", resolved.problem));
+  command.front() = *resolved.path;
 
-  int in[2], out[2], err[2], exec_error[2];
+  int in[2], out[2], err[2];
   if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
-      ::pipe2(exec_error, O_CLOEXEC) != 0 || ::pipe2(wake_, O_CLOEXEC) != 0)
+      ::pipe2(wake_, O_CLOEXEC) != 0)
     throw ServerGone(fmt::format("could not be started: no pipes: {}", std::strerror(errno)));
-  std::vector<char*> argv;
-  for (auto& arg : command) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-
-  const pid_t parent = ::getpid();
-  pid_ = ::fork();
-  if (pid_ == 0) {
-    // Only async-signal-safe calls from here on: other threads of this process may hold locks.
-    // SIGKILL should the forking thread (the session's) end without stopping the server: the backstop
-    // for a worker that dies abruptly. The getppid() check closes the race with a parent already gone.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);  // the SDK ignores it; an ignored signal would stay ignored across exec
-    if (::dup2(in[0], 0) < 0 || ::dup2(out[1], 1) < 0 || ::dup2(err[1], 2) < 0) ::_exit(127);
-    // Nothing else of the worker's (the gateway's pipes above all) reaches the server.
-    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
-    ::execve(path.c_str(), argv.data(), environ);
-    const int e = errno;
-    [[maybe_unused]] auto ignored = ::write(exec_error[1], &e, sizeof e);
-    ::_exit(127);
+  process::ChildOptions child;
+  child.argv = std::move(command);
+  child.stdin_fd = in[0];
+  child.stdout_fd = out[1];
+  child.stderr_fd = err[1];
+  // It stays in this process's group: the gateway stops a worker with killpg, which ends the server
+  // too. die_with_parent (SIGKILL should the forking thread, the session's, end without stopping it)
+  // is the backstop for a worker that dies abruptly.
+  std::optional<std::system_error> failed;
+  try {
+    pid_ = process::start_child(child);
+  } catch (const std::system_error& e) {
+    failed = e;
   }
-  const int fork_errno = errno;
-  for (int fd : {in[0], out[1], err[1], exec_error[1]}) ::close(fd);
+  for (int fd : {in[0], out[1], err[1]}) ::close(fd);
   stdin_ = in[1];
   stdout_ = out[0];
   stderr_ = err[0];
-  if (pid_ < 0) {
-    for (int* fd : {&stdin_, &stdout_, &stderr_, &exec_error[0], &wake_[0], &wake_[1]}) close_fd(*fd);
-    throw ServerGone(fmt::format("could not be started: fork failed: {}", std::strerror(fork_errno)));
-  }
-  // The exec error pipe closes on a successful exec; otherwise it carries errno.
-  int e = 0;
-  ssize_t n;
-  while ((n = ::read(exec_error[0], &e, sizeof e)) < 0 && errno == EINTR) {
-  }
-  ::close(exec_error[0]);
-  if (n == sizeof e) {
-    reaped(std::chrono::milliseconds::max());
+  if (failed) {
     for (int* fd : {&stdin_, &stdout_, &stderr_, &wake_[0], &wake_[1]}) close_fd(*fd);
-    throw ServerGone(fmt::format("could not be started: executing '{}' failed: {}", path, std::strerror(e)));
+    throw ServerGone(fmt::format("could not be started: {}", failed->what()));
   }
   ::fcntl(stdin_, F_SETFL, O_NONBLOCK);
   ::fcntl(stdout_, F_SETFL, O_NONBLOCK);
@@ -156,7 +101,7 @@ void McpServer::stop() {
       reaped(std::chrono::milliseconds::max());
     }
   }
-  log::info("MCP server {} (pid {}) {} {}", command_text_, pid_, describe_status(status_.value_or(0)), how);
+  log::info("MCP server {} (pid {}) {} {}", command_text_, pid_, process::describe_status(status_.value_or(0)), how);
   {
     // A process the server left behind may still hold its stderr: wait a little, then stop reading.
     std::unique_lock lock(stderr_mutex_);
@@ -192,7 +137,7 @@ void McpServer::gone(std::string what) {
 }
 
 std::string McpServer::exit_description() {
-  if (reaped(std::chrono::seconds(2))) return describe_status(*status_);
+  if (reaped(std::chrono::seconds(2))) return process::describe_status(*status_);
   ::kill(pid_, SIGKILL);
   reaped(std::chrono::milliseconds::max());
   return "was still running, so it was killed";
@@ -212,7 +157,10 @@ void McpServer::relay_stderr() {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     log::info("{}[{}]: {}", program_, pid_, log::printable(line, kStderrLine));
     std::lock_guard lock(stderr_mutex_);
-    if (line.size() > 1024) line = line.substr(0, 1021) + "...";
+    if (line.size() > 1024) {
+      line.resize(1021);
+      line += "...";
+    }
     tail_bytes_ += line.size();
     tail_.push_back(std::move(line));
     while (tail_.size() > kTailLines || tail_bytes_ > kTailBytes) {

@@ -1,5 +1,7 @@
 #include "workers/supervisor/spawn.hpp"
 
+#include "common/process/child.hpp"
+
 // Boost 1.81 relies on Boost.Filesystem to pull these in; with BOOST_PROCESS_USE_STD_FS they are missing.
 #include <boost/optional.hpp>
 #include <boost/type_traits.hpp>
@@ -13,15 +15,11 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
-#include <cstring>
-#include <filesystem>
 #include <mutex>
 #include <system_error>
 #include <vector>
@@ -32,35 +30,6 @@ namespace rjg::workers {
 namespace bp = boost::process::v2;
 
 namespace {
-
-// Why path cannot be executed by this process ("is a directory", "is not executable (mode 0644)"), or
-// nothing when it can.
-std::optional<std::string> exec_problem(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) return "does not exist";
-    if (errno == ENOTDIR) return "does not exist (a part of its path is not a directory)";
-    if (errno == EACCES) return "cannot be reached (no search permission on a directory of its path)";
-    return fmt::format("cannot be examined ({})", std::strerror(errno));
-  }
-  if (S_ISDIR(st.st_mode)) return "is a directory";
-  if (!S_ISREG(st.st_mode)) return fmt::format("is not a regular file (mode {:o})", st.st_mode);
-  if (::access(path.c_str(), X_OK) != 0) {
-    const unsigned mode = st.st_mode & 07777;
-    if (mode & 0111)
-      return fmt::format("is not executable by user {} (mode {:04o}, owner uid {})", ::geteuid(), mode, st.st_uid);
-    return fmt::format("is not executable (mode {:04o})", mode);
-  }
-  return std::nullopt;
-}
-
-bool is_executable_file(const std::string& path) { return !exec_problem(path); }
-
-std::string self_directory() {
-  std::error_code ec;
-  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string() : self.parent_path().string();
-}
 
 // Variables that describe the gateway's own service-manager handshake must not leak into workers:
 // a worker that saw LISTEN_FDS or NOTIFY_SOCKET could act on sockets that are not its own.
@@ -83,18 +52,6 @@ std::vector<std::string> build_environment(const config::Library& library) {
   }
   for (const auto& [key, value] : library.env) env.push_back(key + "=" + value);
   return env;
-}
-
-// Closes [low, high] in the child (async-signal-safe: no allocation).
-void close_fds(unsigned low, unsigned high) {
-  if (low > high) return;
-  if (::syscall(SYS_close_range, low, high, 0) == 0) return;
-  // Kernels before 5.9: one by one, up to the descriptor limit.
-  struct rlimit rl {};
-  unsigned max = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
-                     ? static_cast<unsigned>(std::min<rlim_t>(rl.rlim_cur, 1u << 20))
-                     : 65536u;
-  for (unsigned fd = low; fd <= high && fd < max; ++fd) ::close(static_cast<int>(fd));
 }
 
 // Runs in the child between fork and exec: new process group, default signal state, working directory.
@@ -121,12 +78,7 @@ struct WorkerSetup {
     // Ctrl-C on the gateway's terminal is not delivered to workers behind the gateway's back.
     if (::setpgid(0, 0) != 0) return {errno, bp::system_category()};
     // Ignored signals (the gateway ignores SIGPIPE) and the mask survive exec; give the worker defaults.
-    for (int sig = 1; sig < NSIG; ++sig) {
-      if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
-    }
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    process::default_signals();
     // Only stdin, stdout and stderr go to the worker (and the launcher's exec-error pipe, close-on-exec).
     // Boost 1.81's own close_all skips every descriptor below the highest one it keeps, so another
     // worker's pipes or a client's socket would leak into this worker; close them here instead.
@@ -135,7 +87,7 @@ struct WorkerSetup {
       int next = INT_MAX;
       for (int fd : launcher.fd_whitelist)
         if (fd > kept && fd < next) next = fd;
-      close_fds(static_cast<unsigned>(kept) + 1, next == INT_MAX ? ~0u : static_cast<unsigned>(next) - 1);
+      process::close_fds(static_cast<unsigned>(kept) + 1, next == INT_MAX ? ~0u : static_cast<unsigned>(next) - 1);
       if (next == INT_MAX) break;
       kept = next;
     }
@@ -155,48 +107,8 @@ struct WorkerSetup {
 }  // namespace
 
 ResolvedCommand resolve_command(const std::string& command0) {
-  ResolvedCommand out;
-  if (command0.empty()) {
-    out.problem = "'' is empty";
-    return out;
-  }
-  if (command0.find('/') != std::string::npos) {
-    if (auto problem = exec_problem(command0)) out.problem = fmt::format("'{}' {}", command0, *problem);
-    else out.path = command0;
-    return out;
-  }
-  // The first candidate that exists but cannot be run is named if no other one can.
-  std::string passed_over;
-  auto try_candidate = [&](const std::string& candidate) {
-    auto problem = exec_problem(candidate);
-    if (!problem) {
-      out.path = candidate;
-      return true;
-    }
-    if (passed_over.empty() && *problem != "does not exist") passed_over = fmt::format("'{}' {}", candidate, *problem);
-    return false;
-  };
-  const char* path = std::getenv("PATH");
-  if (path) {
-    std::string_view rest(path);
-    while (true) {
-      auto colon = rest.find(':');
-      std::string dir(rest.substr(0, colon));
-      if (dir.empty()) dir = ".";
-      if (try_candidate(dir + "/" + command0)) return out;
-      if (colon == std::string_view::npos) break;
-      rest.remove_prefix(colon + 1);
-    }
-  }
-  const std::string self = self_directory();
-  if (!self.empty() && try_candidate(self + "/" + command0)) return out;
-  const std::string where = fmt::format("in PATH ({}) nor next to the gateway ({})", path ? path : "not set",
-                                        self.empty() ? "unknown" : self);
-  if (!passed_over.empty())
-    out.problem = fmt::format("{}, and no other '{}' was found {}", passed_over, command0, where);
-  else
-    out.problem = fmt::format("'{}' not found {}", command0, where);
-  return out;
+  static const std::string self = process::self_directory();
+  return process::resolve_command(command0, self, "the gateway");
 }
 
 std::vector<std::string> check_libraries(const config::Config& config) {
@@ -245,7 +157,7 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
   if (ec) {
     // The launcher's child ended before exec; collect it so it does not linger as a zombie.
     if (launcher.pid > 0) ::waitpid(launcher.pid, nullptr, 0);
-    std::string what = setup.cwd && ec.value() == ENOENT && is_executable_file(*executable)
+    std::string what = setup.cwd && ec.value() == ENOENT && !process::exec_problem(*executable)
                            ? fmt::format("cannot start '{}' in working directory '{}': {}", *executable, setup.cwd,
                                          ec.message())
                            : fmt::format("cannot start '{}': {}", *executable, ec.message());

@@ -2,6 +2,7 @@
 // signal state, the gateway's environment minus service-manager variables plus the library's env.
 #pragma once
 
+#include "common/process/child.hpp"
 #include "config/config.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
@@ -25,19 +26,11 @@ struct SpawnedProcess {
   boost::asio::readable_pipe stderr_pipe;
 };
 
-// Where command[0] is, or precisely why it cannot be run.
-struct ResolvedCommand {
-  std::optional<std::string> path;  // the file to execute
-  // When path is empty: "'/opt/w' is a directory", "'/opt/w' is not executable (mode 0644)",
-  // "'w' not found in PATH (/usr/bin:/bin) nor next to the gateway (/usr/local/bin)", ...
-  std::string problem;
-};
+using process::ResolvedCommand;
 
 // Finds command[0] as a worker start does, and as --check-config does (one function for both, so the
-// check and the start agree): as given when it holds a slash, else in PATH (the gateway's own
-// environment, not the library's env), else next to the gateway binary. The file must be a regular
-// file this user may execute; a candidate in PATH that is not (a directory, mode 0644) is passed over
-// like execvp does, and named in the problem when nothing else is found.
+// check and the start agree): process::resolve_command in the gateway's own PATH (not the library's
+// env), then next to the gateway binary.
 ResolvedCommand resolve_command(const std::string& command0);
 
 // A worker that cannot be started: what() is the whole message, without the error code's own text

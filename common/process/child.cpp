@@ -1,0 +1,225 @@
+#include "common/process/child.hpp"
+
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+extern char** environ;
+
+namespace rjg::process {
+namespace {
+
+std::vector<char*> c_strings(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+// What the child reports through its close-on-exec pipe when it cannot execute: the step and its errno.
+enum Step : int { kStdio = 1, kChdir = 2, kExec = 3 };
+struct Report {
+  int step = 0;
+  int error = 0;
+};
+
+}  // namespace
+
+std::optional<std::string> exec_problem(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return "does not exist";
+    if (errno == ENOTDIR) return "does not exist (a part of its path is not a directory)";
+    if (errno == EACCES) return "cannot be reached (no search permission on a directory of its path)";
+    return fmt::format("cannot be examined ({})", std::strerror(errno));
+  }
+  if (S_ISDIR(st.st_mode)) return "is a directory";
+  if (!S_ISREG(st.st_mode)) return fmt::format("is not a regular file (mode {:o})", st.st_mode);
+  if (::access(path.c_str(), X_OK) != 0) {
+    const unsigned mode = st.st_mode & 07777;
+    if (mode & 0111)
+      return fmt::format("is not executable by user {} (mode {:04o}, owner uid {})", ::geteuid(), mode, st.st_uid);
+    return fmt::format("is not executable (mode {:04o})", mode);
+  }
+  return std::nullopt;
+}
+
+ResolvedCommand resolve_command(const std::string& command0, const std::string& next_to,
+                                std::string_view next_to_name) {
+  ResolvedCommand out;
+  if (command0.empty()) {
+    out.problem = "'' is empty";
+    return out;
+  }
+  if (command0.find('/') != std::string::npos) {
+    if (auto problem = exec_problem(command0)) out.problem = fmt::format("'{}' {}", command0, *problem);
+    else out.path = command0;
+    return out;
+  }
+  // The first candidate that exists but cannot be run is named if no other one can.
+  std::string passed_over;
+  auto try_candidate = [&](const std::string& candidate) {
+    auto problem = exec_problem(candidate);
+    if (!problem) {
+      out.path = candidate;
+      return true;
+    }
+    if (passed_over.empty() && *problem != "does not exist") passed_over = fmt::format("'{}' {}", candidate, *problem);
+    return false;
+  };
+  const char* path = std::getenv("PATH");
+  if (path) {
+    std::string_view rest(path);
+    while (true) {
+      auto colon = rest.find(':');
+      std::string dir(rest.substr(0, colon));
+      if (dir.empty()) dir = ".";
+      if (try_candidate(dir + "/" + command0)) return out;
+      if (colon == std::string_view::npos) break;
+      rest.remove_prefix(colon + 1);
+    }
+  }
+  std::string where = fmt::format("in PATH ({})", path ? path : "not set");
+  if (!next_to_name.empty()) {
+    if (!next_to.empty() && try_candidate(next_to + "/" + command0)) return out;
+    where += fmt::format(" nor next to {} ({})", next_to_name, next_to.empty() ? "unknown" : next_to);
+  }
+  if (!passed_over.empty())
+    out.problem = fmt::format("{}, and no other '{}' was found {}", passed_over, command0, where);
+  else
+    out.problem = fmt::format("'{}' not found {}", command0, where);
+  return out;
+}
+
+std::string self_directory() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : self.parent_path().string();
+}
+
+void default_signals() {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+void close_fds(unsigned low, unsigned high) {
+  if (low > high) return;
+  if (::syscall(SYS_close_range, low, high, 0) == 0) return;
+  // Kernels before 5.9: one by one, up to the descriptor limit.
+  struct rlimit rl {};
+  unsigned max = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                     ? static_cast<unsigned>(std::min<rlim_t>(rl.rlim_cur, 1u << 20))
+                     : 65536u;
+  for (unsigned fd = low; fd <= high && fd < max; ++fd) ::close(static_cast<int>(fd));
+}
+
+pid_t start_child(const ChildOptions& options) {
+  if (options.argv.empty()) throw std::system_error(EINVAL, std::generic_category(), "no program to start");
+  // Everything the child touches is made before fork: it may make async-signal-safe calls only (another
+  // thread may hold the allocator's lock).
+  auto args = c_strings(options.argv);
+  std::vector<char*> envp;
+  if (options.env) envp = c_strings(*options.env);
+  char** env = options.env ? envp.data() : environ;
+  const char* cwd = options.cwd.empty() ? nullptr : options.cwd.c_str();
+
+  int null_fd = -1;
+  if (options.stdin_fd < 0 || options.stdout_fd < 0 || options.stderr_fd < 0) {
+    null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null_fd < 0) throw std::system_error(errno, std::generic_category(), "opening /dev/null");
+  }
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) {
+    const int e = errno;
+    if (null_fd >= 0) ::close(null_fd);
+    throw std::system_error(e, std::generic_category(), "pipe2");
+  }
+  const int sources[3] = {options.stdin_fd < 0 ? null_fd : options.stdin_fd,
+                          options.stdout_fd < 0 ? null_fd : options.stdout_fd,
+                          options.stderr_fd < 0 ? null_fd : options.stderr_fd};
+
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int out = report[1];
+    auto fail = [&](Step step) {
+      const Report r{step, errno};
+      [[maybe_unused]] auto n = ::write(out, &r, sizeof r);
+      ::_exit(127);
+    };
+    if (options.die_with_parent) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);  // the parent ended before prctl
+    }
+    if (options.own_group) ::setpgid(0, 0);
+    default_signals();
+    // Descriptors below 3 that are to move would be overwritten by an earlier dup2: above 2 with them first.
+    int from[3] = {sources[0], sources[1], sources[2]};
+    if (out < 3) {
+      const int moved = ::fcntl(out, F_DUPFD_CLOEXEC, 3);
+      if (moved < 0) fail(kStdio);
+      out = moved;
+    }
+    for (int i = 0; i < 3; ++i)
+      if (from[i] < 3 && from[i] != i && (from[i] = ::fcntl(from[i], F_DUPFD_CLOEXEC, 3)) < 0) fail(kStdio);
+    for (int i = 0; i < 3; ++i) {
+      // dup2 onto itself would leave close-on-exec set.
+      if (from[i] == i ? ::fcntl(i, F_SETFD, 0) < 0 : ::dup2(from[i], i) < 0) fail(kStdio);
+    }
+    // Nothing else of this process's (a client's socket, the gateway's pipes) reaches the child; the
+    // report pipe closes itself at exec.
+    close_fds(3, static_cast<unsigned>(out) - 1);
+    close_fds(static_cast<unsigned>(out) + 1, ~0u);
+    if (cwd && ::chdir(cwd) != 0) fail(kChdir);
+    ::execve(args[0], args.data(), env);
+    fail(kExec);
+  }
+  const int fork_errno = errno;
+  ::close(report[1]);
+  if (null_fd >= 0) ::close(null_fd);
+  if (pid < 0) {
+    ::close(report[0]);
+    throw std::system_error(fork_errno, std::generic_category(), "fork");
+  }
+  if (options.own_group) ::setpgid(pid, pid);  // also here: the group exists before anyone signals it
+  Report r;
+  ssize_t n;
+  while ((n = ::read(report[0], &r, sizeof r)) < 0 && errno == EINTR) {
+  }
+  ::close(report[0]);
+  if (n != sizeof r) return pid;  // end of file: the exec succeeded
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  const std::string what = r.step == kChdir ? fmt::format("changing to the working directory '{}'", options.cwd)
+                           : r.step == kStdio ? std::string("setting up its stdin, stdout and stderr")
+                                              : fmt::format("executing '{}'", options.argv.front());
+  throw std::system_error(r.error, std::generic_category(), what);
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return fmt::format("was killed by signal {} ({})", WTERMSIG(status), ::strsignal(WTERMSIG(status)));
+  return fmt::format("ended with wait status {}", status);
+}
+
+}  // namespace rjg::process

@@ -1,0 +1,64 @@
+// Starting child processes, one way for every program of the project: finding the program (with the
+// reason it cannot be run), the child's side between fork and exec, and wait statuses in words.
+// The gateway's worker starts use Boost.Process (its pipes are the loops'); the adapter workers start
+// their servers and Ansible's programs with start_child. Nothing here uses Asio.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rjg::process {
+
+// Why `path` cannot be executed by this process ("is a directory", "is not executable (mode 0644)"),
+// or nothing when it can.
+std::optional<std::string> exec_problem(const std::string& path);
+
+// Where command0 is, or precisely why it cannot be run.
+struct ResolvedCommand {
+  std::optional<std::string> path;  // the file to execute
+  // When path is empty: "'/opt/w' is a directory", "'/opt/w' is not executable (mode 0644)",
+  // "'w' not found in PATH (/usr/bin:/bin) nor next to the gateway (/usr/local/bin)", ...
+  std::string problem;
+};
+
+// Finds command0 as execvp would: as given when it holds a slash, else in this process's PATH (not
+// searched when PATH is unset). The file must be a regular file this user may execute; a candidate
+// that is not (a directory, mode 0644) is passed over like execvp does, and named in the problem when
+// nothing else is found. With `next_to_name` (the gateway), `next_to` (its directory; empty when
+// unknown) is searched last.
+ResolvedCommand resolve_command(const std::string& command0, const std::string& next_to = {},
+                                std::string_view next_to_name = {});
+
+// The directory of this process's executable, or empty when /proc does not say.
+std::string self_directory();
+
+// Between fork and exec (async-signal-safe). Every signal back to its default disposition and an empty
+// mask: ignored signals (SIGPIPE, which every program here ignores) and the mask survive exec.
+void default_signals();
+// Closes descriptors low..high (async-signal-safe: no allocation), one by one on kernels before 5.9.
+void close_fds(unsigned low, unsigned high);
+
+struct ChildOptions {
+  std::vector<std::string> argv;                    // argv[0] is the path to execute (see resolve_command)
+  std::optional<std::vector<std::string>> env;      // "NAME=value"; none: this process's environment
+  std::string cwd;                                  // empty: this process's
+  int stdin_fd = -1, stdout_fd = -1, stderr_fd = 2;  // become the child's 0, 1, 2; -1: /dev/null
+  bool own_group = false;                           // leads a process group of its own (killpg ends it all)
+  // PR_SET_PDEATHSIG: SIGKILL when the *thread* that started it ends, the backstop for a program killed
+  // before it could stop its children.
+  bool die_with_parent = true;
+};
+
+// Forks and executes; returns once the exec succeeded. Nothing but 0, 1 and 2 reaches the child, with
+// default signals. Throws std::system_error with the errno of what failed (fork, a dup2, the chdir, the
+// exec); a child that failed is reaped first. The caller reaps the pid it gets.
+pid_t start_child(const ChildOptions& options);
+
+// "exited with status 2", "was killed by signal 9 (Killed)", from a raw wait status.
+std::string describe_status(int status);
+
+}  // namespace rjg::process

@@ -1,0 +1,197 @@
+// common/process: finding a program, starting it as a child (what reaches it, what a failure says) and
+// wait statuses in words. Real children of /bin/sh; nothing here depends on timing.
+#include "common/process/child.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <system_error>
+
+namespace rjg::process {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "rjg-child-XXXXXX").string();
+    path = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+// Everything `fd` gives until its end.
+std::string read_all(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+    if (n > 0) out.append(buf, static_cast<std::size_t>(n));
+  return out;
+}
+
+int wait_for(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+// Runs `script` in /bin/sh with its stdout on a pipe; returns what it printed and its wait status.
+std::pair<std::string, int> shell(const std::string& script, ChildOptions options = {}) {
+  int out[2];
+  EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  options.argv = {"/bin/sh", "-c", script};
+  options.stdout_fd = out[1];
+  const pid_t pid = start_child(options);
+  ::close(out[1]);
+  std::string text = read_all(out[0]);
+  ::close(out[0]);
+  return {text, wait_for(pid)};
+}
+
+TEST(StartChild, OnlyStdinStdoutAndStderrReachTheChild) {
+  // Not close-on-exec, as a careless library in the parent might leave one.
+  const int leaked = ::open("/dev/null", O_RDONLY);
+  ASSERT_GE(leaked, 3);
+  const auto [fds, status] = shell("ls /proc/self/fd | sort -n | tr '\\n' ' '");
+  ::close(leaked);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << describe_status(status);
+  // 0, 1, 2, and the descriptor ls opened to read the directory (3).
+  EXPECT_EQ(fds, "0 1 2 3 ") << "the child had descriptors of its parent's";
+}
+
+TEST(StartChild, StdinIsDevNullUnlessGiven) {
+  const auto [text, status] = shell("cat; echo end");
+  EXPECT_EQ(text, "end\n");
+}
+
+TEST(StartChild, DescriptorsBelowThreeMayBeSwapped) {
+  // The child's stdout is this process's descriptor 0 and its stdin a pipe: the dup2 onto 0 must not
+  // overwrite what is to become 1.
+  const int saved_stdin = ::dup(0);
+  int out[2], in[2];
+  ASSERT_EQ(::pipe(out), 0);
+  ASSERT_EQ(::pipe2(in, O_CLOEXEC), 0);
+  ASSERT_EQ(::dup2(out[1], 0), 0);
+  ::close(out[1]);
+  ChildOptions o;
+  o.argv = {"/bin/sh", "-c", "read line; echo \"got $line\""};
+  o.stdin_fd = in[0];
+  o.stdout_fd = 0;
+  const pid_t pid = start_child(o);
+  ::dup2(saved_stdin, 0);
+  ::close(saved_stdin);
+  ::close(in[0]);
+  ASSERT_EQ(::write(in[1], "hello\n", 6), 6);
+  ::close(in[1]);
+  EXPECT_EQ(read_all(out[0]), "got hello\n");
+  ::close(out[0]);
+  EXPECT_EQ(describe_status(wait_for(pid)), "exited with status 0");
+}
+
+TEST(StartChild, SignalsAreBackToTheirDefaults) {
+  // This process ignores SIGPIPE and blocks SIGTERM; the child must not inherit either.
+  auto* previous = ::signal(SIGPIPE, SIG_IGN);
+  sigset_t term, old;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  ::pthread_sigmask(SIG_BLOCK, &term, &old);
+  const auto [text, status] = shell("grep -E '^(SigIgn|SigBlk)' /proc/self/status");
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ::signal(SIGPIPE, previous);
+  EXPECT_EQ(text, "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+}
+
+TEST(StartChild, EnvironmentWorkingDirectoryAndGroupAreAsAsked) {
+  TempDir dir;
+  ChildOptions o;
+  o.env = std::vector<std::string>{"ONLY=this", "PATH=/usr/bin:/bin"};
+  o.cwd = dir.path.string();
+  o.own_group = true;
+  ::setenv("RJG_CHILD_PROBE", "of-the-parent", 1);
+  // Field 5 of /proc/PID/stat is the process group.
+  const auto [text, status] = shell("echo \"$ONLY ${RJG_CHILD_PROBE:-absent} $(pwd) $$ $(cut -d' ' -f5 /proc/$$/stat)\"", o);
+  std::istringstream words(text);
+  std::string only, probe, cwd, self, group;
+  words >> only >> probe >> cwd >> self >> group;
+  EXPECT_EQ(only, "this");
+  EXPECT_EQ(probe, "absent") << "this process's environment reached the child";
+  EXPECT_EQ(cwd, dir.path.string());
+  EXPECT_EQ(group, self) << "the child does not lead a group of its own";
+}
+
+TEST(StartChild, AFailedExecNamesTheProgramAndItsErrnoAndLeavesNoChild) {
+  ChildOptions o;
+  o.argv = {"/nonexistent/program"};
+  try {
+    start_child(o);
+    FAIL() << "no error";
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code().value(), ENOENT);
+    EXPECT_EQ(std::string(e.what()), "executing '/nonexistent/program': No such file or directory");
+  }
+  // Reaped already: this process has no child left.
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+}
+
+TEST(StartChild, AMissingWorkingDirectoryIsNamed) {
+  ChildOptions o;
+  o.argv = {"/bin/true"};
+  o.cwd = "/nonexistent/dir";
+  try {
+    start_child(o);
+    FAIL() << "no error";
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "changing to the working directory '/nonexistent/dir': No such file or directory");
+  }
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
+}
+
+TEST(ResolveCommand, FindsInPathAndSaysWhyNot) {
+  TempDir dir;
+  const auto script = dir.path / "tool";
+  std::ofstream(script) << "#!/bin/sh\n";
+  fs::permissions(script, fs::perms::owner_read | fs::perms::owner_write);
+  const std::string saved = std::getenv("PATH") ? std::getenv("PATH") : "";
+  ::setenv("PATH", (dir.path.string() + ":/bin").c_str(), 1);
+  const auto sh = resolve_command("sh");
+  const auto tool = resolve_command("tool");
+  const auto nothing = resolve_command("no-such-tool-here");
+  const auto beside = resolve_command("no-such-tool-here", "/opt/x", "the gateway");
+  ::setenv("PATH", saved.c_str(), 1);
+  ASSERT_TRUE(sh.path);
+  EXPECT_EQ(*sh.path, "/bin/sh");
+  EXPECT_FALSE(tool.path);
+  EXPECT_EQ(tool.problem, fmt::format("'{}' is not executable (mode 0600), and no other 'tool' was found in PATH ({}:/bin)",
+                                      script.string(), dir.path.string()));
+  EXPECT_EQ(nothing.problem, fmt::format("'no-such-tool-here' not found in PATH ({}:/bin)", dir.path.string()));
+  EXPECT_EQ(beside.problem, fmt::format("'no-such-tool-here' not found in PATH ({}:/bin) nor next to the gateway (/opt/x)",
+                                        dir.path.string()));
+  EXPECT_EQ(resolve_command("/etc").problem, "'/etc' is a directory");
+  EXPECT_EQ(resolve_command("").problem, "'' is empty");
+}
+
+TEST(DescribeStatus, ExitsAndSignalsInWords) {
+  const auto [text, exited] = shell("exit 3");
+  EXPECT_EQ(describe_status(exited), "exited with status 3");
+  const auto [none, killed] = shell("kill -9 $$");
+  EXPECT_EQ(describe_status(killed), "was killed by signal 9 (Killed)");
+}
+
+}  // namespace
+}  // namespace rjg::process
