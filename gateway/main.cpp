@@ -25,6 +25,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
@@ -98,14 +99,44 @@ int check_config(const std::string& path) {
 }
 
 // --stdio: the client's pipes move to descriptors of their own (close-on-exec: no worker inherits them),
-// and /dev/null takes 0 and 1, so that nothing but the session's frames ever reaches the client.
+// and /dev/null takes 0 and 1, so that nothing but the session's frames ever reaches the client. The
+// session makes them non-blocking, which is a flag of the open file that the client shares (a terminal
+// when run by hand): the flags it had are put back at exit, through descriptors kept for that alone
+// (the session closes its own when it ends).
 struct StdioFds {
   int in = -1, out = -1;
+  int kept_in = -1, kept_out = -1;
+  int in_flags = -1, out_flags = -1;
+
+  StdioFds() = default;
+  StdioFds(StdioFds&& other) noexcept { *this = std::move(other); }
+  StdioFds& operator=(StdioFds&& other) noexcept {
+    std::swap(in, other.in);
+    std::swap(out, other.out);
+    std::swap(kept_in, other.kept_in);
+    std::swap(kept_out, other.kept_out);
+    std::swap(in_flags, other.in_flags);
+    std::swap(out_flags, other.out_flags);
+    return *this;
+  }
+  ~StdioFds() {
+    if (kept_in >= 0 && in_flags >= 0) ::fcntl(kept_in, F_SETFL, in_flags);
+    if (kept_out >= 0 && out_flags >= 0) ::fcntl(kept_out, F_SETFL, out_flags);
+    for (int fd : {kept_in, kept_out})
+      if (fd >= 0) ::close(fd);
+  }
 };
 std::optional<StdioFds> take_stdio() {
-  StdioFds fds{::fcntl(0, F_DUPFD_CLOEXEC, 3), ::fcntl(1, F_DUPFD_CLOEXEC, 3)};
+  StdioFds fds;
+  fds.in_flags = ::fcntl(0, F_GETFL);
+  fds.out_flags = ::fcntl(1, F_GETFL);
+  fds.kept_in = ::fcntl(0, F_DUPFD_CLOEXEC, 3);
+  fds.kept_out = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
+  fds.in = ::fcntl(0, F_DUPFD_CLOEXEC, 3);
+  fds.out = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
   const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (fds.in < 0 || fds.out < 0 || null < 0 || ::dup2(null, 0) < 0 || ::dup2(null, 1) < 0) {
+  if (fds.in < 0 || fds.out < 0 || fds.kept_in < 0 || fds.kept_out < 0 || null < 0 || ::dup2(null, 0) < 0 ||
+      ::dup2(null, 1) < 0) {
     std::fprintf(stderr, "robot-jsonrpc-gateway: --stdio: cannot take over stdin/stdout: %s\n", std::strerror(errno));
     return std::nullopt;
   }

@@ -299,7 +299,8 @@ class StdioGateway {
       (void)!::write(2, msg, sizeof msg - 1);
       ::_exit(127);
     }
-    ::close(in[0]);
+    // The gateway's end of stdin stays open here too, so that its file flags can be seen.
+    gateway_stdin_ = in[0];
     ::close(out[1]);
     ::close(err[1]);
     peer_ = std::make_unique<FramedPeer>(in[1], out[0]);
@@ -317,7 +318,11 @@ class StdioGateway {
     stop_ = true;
     drain_.join();
     ::close(err_fd_);
+    ::close(gateway_stdin_);
   }
+
+  // Whether the open file that is the gateway's stdin is non-blocking (a flag it shares with its client).
+  bool stdin_nonblocking() const { return (::fcntl(gateway_stdin_, F_GETFL) & O_NONBLOCK) != 0; }
 
   FramedPeer& peer() { return *peer_; }
   pid_t pid() const { return pid_; }
@@ -364,6 +369,7 @@ class StdioGateway {
   std::optional<int> status_;
   std::unique_ptr<FramedPeer> peer_;
   int err_fd_ = -1;
+  int gateway_stdin_ = -1;
   std::thread drain_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> err_eof_{false};
@@ -503,9 +509,12 @@ TEST_F(StdioTest, ServesTwoLibrariesAndStopsEverythingWhenStdinCloses) {
   auto& gw = start();
   auto [pa, pb] = session_on_both(gw.peer());
   ASSERT_FALSE(HasFailure());
+  EXPECT_TRUE(gw.stdin_nonblocking()) << "the session reads stdin without blocking";
 
   gw.peer().close_output();  // the client ends: stdin closes
   expect_clean_end(gw, {pa, pb}, kSessionFrames);
+  // A flag of the file the client shares (a terminal, when run by hand): put back as it was.
+  EXPECT_FALSE(gw.stdin_nonblocking()) << "the gateway left its stdin non-blocking";
   const auto err = gw.err_to_eof(10s);
   EXPECT_TRUE(contains(err, "serving one session on stdin/stdout")) << err;
   EXPECT_TRUE(contains(err, "the stdio session ended: shutting down")) << err;
