@@ -266,6 +266,7 @@ std::string Server::status_json() const {
       {"sessions", std::move(sessions)},
       {"libraries", std::move(libraries)},
   };
+  if (classic_) status["classic"] = classic_->status();
   return json::serialize(status) + "\n";
 }
 

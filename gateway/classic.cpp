@@ -318,6 +318,18 @@ class Library : public std::enable_shared_from_this<Library> {
     idle_.push_back(std::move(instance));
   }
 
+  // For /status: its instances (each one import held for classic clients), how many imported so far,
+  // how many serve a call now, and the calls waiting for one.
+  json::object status() const {
+    std::size_t imported = 0;
+    for (const auto& instance : instances_) imported += instance->imported() ? 1 : 0;
+    return json::object{{"library", name_},
+                        {"instances", instances_.size()},
+                        {"imported", imported},
+                        {"busy", instances_.size() - idle_.size()},
+                        {"calls_waiting", waiting_.size()}};
+  }
+
   // The library definition of any import made (the same library gives the same one).
   const json::value* definition() const {
     for (const auto& instance : instances_)
@@ -572,6 +584,12 @@ asio::awaitable<void> ClassicFront::shutdown() {
   http_.stop();
   for (auto& [name, library] : libraries_) library->stop();
   co_return;
+}
+
+json::object ClassicFront::status() const {
+  json::array libraries;
+  for (const auto& [name, library] : libraries_) libraries.push_back(library->status());
+  return json::object{{"connections", http_.connections()}, {"calls_running", calls_}, {"libraries", std::move(libraries)}};
 }
 
 std::shared_ptr<front::Library> ClassicFront::library(const std::string& name,

@@ -22,6 +22,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/json/object.hpp>
 
 #include <chrono>
 #include <map>
@@ -55,6 +56,8 @@ class ClassicFront {
   asio::awaitable<void> shutdown();
   std::size_t calls_running() const { return calls_; }
   std::size_t connections() const { return http_.connections(); }
+  // For /status: connections, calls running, and each library classic clients called (its imports).
+  boost::json::object status() const;
 
   // One XML-RPC request: always 200 with a methodResponse, a fault for every error (a path that names no
   // library included: a fault can say which libraries there are, and Robot shows its text).

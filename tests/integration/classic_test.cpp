@@ -66,11 +66,11 @@ class ClassicTest : public GatewayTest {
   }
 
   // A raw HTTP exchange: what the server answers to `request` before it closes (bounded).
-  std::string raw_http(const std::string& request) {
+  std::string raw_http(const std::string& request, std::uint16_t port = 0) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_port = htons(classic_port_);
+    addr.sin_port = htons(port ? port : classic_port_);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     timeval tv{10, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -297,6 +297,61 @@ TEST_F(ClassicTest, AHungKeywordIsEndedByItsTimeoutWhileAnotherLibraryServes) {
   const auto fresh = result_struct(run("/TestLibrary", "Get Pid")).at("return");
   EXPECT_NE(fresh, pid);
   remember_pid(static_cast<pid_t>(as_int(fresh)));
+}
+
+// The admin endpoint's /status shows what classic clients hold: each library they called, its imports
+// (instances), which serve a call and how many calls wait; libraries nobody called are not there.
+TEST_F(ClassicTest, TheStatusPageShowsTheImportsClassicClientsHold) {
+  auto libraries = default_libraries();
+  libraries[0].extra_toml = "keyword_timeout = \"3s\"\n";
+  const auto admin_port = free_port();
+  start_classic(libraries, fmt::format("\n[admin]\nlisten = [\"tcp://127.0.0.1:{}\"]\n", admin_port));
+  ASSERT_TRUE(eventually([&] { return can_connect(admin_port); }, 10s)) << gateway().log_tail();
+  auto classic_status = [&] {
+    const auto answer = raw_http("GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", admin_port);
+    const auto body = answer.find("\r\n\r\n");
+    if (body == std::string::npos) return json::object{};
+    const auto status = json::parse(answer.substr(body + 4));
+    const auto* classic = status.as_object().if_contains("classic");
+    return classic && classic->is_object() ? classic->as_object() : json::object{};
+  };
+  auto library_status = [&](const json::object& classic) {
+    for (const auto& l : classic.at("libraries").as_array())
+      if (l.at("library") == "TestLibrary") return l.as_object();
+    return json::object{};
+  };
+
+  const auto pid = result_struct(run("/TestLibrary", "Get Pid")).at("return");
+  remember_pid(static_cast<pid_t>(as_int(pid)));
+  auto idle = classic_status();
+  ASSERT_TRUE(idle.contains("libraries")) << idle;
+  EXPECT_EQ(idle.at("calls_running"), 0) << idle;
+  EXPECT_EQ(idle.at("libraries").as_array().size(), 1u) << "only the library that was called: " << idle;
+  EXPECT_EQ(library_status(idle),
+            (json::object{{"library", "TestLibrary"}, {"instances", 1}, {"imported", 1}, {"busy", 0}, {"calls_waiting", 0}}))
+      << idle;
+
+  // A call hangs the one instance and another waits behind it; keyword_timeout ends the first.
+  json::value hung, queued;
+  std::thread a([&] { hung = run("/TestLibrary", "Hang"); });
+  ASSERT_TRUE(log_eventually("running keyword 'Hang'", 1, 30s)) << gateway().log_tail();
+  std::thread b([&] { queued = run("/TestLibrary", "Echo", {"after the hang"}); });
+  json::object busy;
+  EXPECT_TRUE(eventually(
+      [&] {
+        busy = classic_status();
+        const auto l = library_status(busy);
+        return !l.empty() && l.at("busy") == 1 && l.at("calls_waiting") == 1;
+      },
+      20s))
+      << busy;
+  EXPECT_EQ(busy.at("calls_running"), 2) << busy;
+  a.join();
+  b.join();
+  EXPECT_EQ(result_struct(queued).at("return"), "after the hang") << queued;
+  const auto after = library_status(classic_status());
+  EXPECT_EQ(after.at("busy"), 0) << after;
+  EXPECT_EQ(after.at("calls_waiting"), 0) << after;
 }
 
 TEST_F(ClassicTest, ClassicInstancesSpreadCallsOverImportsInSeveralWorkers) {
