@@ -23,6 +23,9 @@ extern char** environ;
 namespace rjg::process {
 namespace {
 
+// Where a program is looked for when PATH is not set (Debian's default for users).
+constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
+
 std::vector<char*> c_strings(const std::vector<std::string>& strings) {
   std::vector<char*> out;
   out.reserve(strings.size() + 1);
@@ -83,18 +86,24 @@ ResolvedCommand resolve_command(const std::string& command0, const std::string& 
     return false;
   };
   const char* path = std::getenv("PATH");
-  if (path) {
-    std::string_view rest(path);
-    while (true) {
-      auto colon = rest.find(':');
-      std::string dir(rest.substr(0, colon));
-      if (dir.empty()) dir = ".";
-      if (try_candidate(dir + "/" + command0)) return out;
-      if (colon == std::string_view::npos) break;
-      rest.remove_prefix(colon + 1);
+  std::string_view rest(path ? path : kDefaultPath);
+  while (true) {
+    auto colon = rest.find(':');
+    std::string dir(rest.substr(0, colon));
+    if (dir.empty()) dir = ".";
+    if (try_candidate(dir + "/" + command0)) {
+      // Found through a relative entry ("." or an empty one): made absolute, so that a child that
+      // changes its working directory before the exec still executes this file.
+      if (!dir.starts_with('/')) {
+        std::error_code ec;
+        if (auto absolute = std::filesystem::absolute(*out.path, ec); !ec) out.path = absolute.lexically_normal().string();
+      }
+      return out;
     }
+    if (colon == std::string_view::npos) break;
+    rest.remove_prefix(colon + 1);
   }
-  std::string where = fmt::format("in PATH ({})", path ? path : "not set");
+  std::string where = path ? fmt::format("in PATH ({})", path) : fmt::format("in PATH (not set, so {})", kDefaultPath);
   if (!next_to_name.empty()) {
     if (!next_to.empty() && try_candidate(next_to + "/" + command0)) return out;
     where += fmt::format(" nor next to {} ({})", next_to_name, next_to.empty() ? "unknown" : next_to);
@@ -141,6 +150,7 @@ pid_t start_child(const ChildOptions& options) {
   if (options.env) envp = c_strings(*options.env);
   char** env = options.env ? envp.data() : environ;
   const char* cwd = options.cwd.empty() ? nullptr : options.cwd.c_str();
+  const char* program = options.path.empty() ? args[0] : options.path.c_str();
 
   int null_fd = -1;
   if (options.stdin_fd < 0 || options.stdout_fd < 0 || options.stderr_fd < 0) {
@@ -190,7 +200,7 @@ pid_t start_child(const ChildOptions& options) {
     close_fds(3, static_cast<unsigned>(out) - 1);
     close_fds(static_cast<unsigned>(out) + 1, ~0u);
     if (cwd && ::chdir(cwd) != 0) fail(kChdir);
-    ::execve(args[0], args.data(), env);
+    ::execve(program, args.data(), env);
     fail(kExec);
   }
   const int fork_errno = errno;
@@ -211,7 +221,7 @@ pid_t start_child(const ChildOptions& options) {
   }
   const std::string what = r.step == kChdir ? fmt::format("changing to the working directory '{}'", options.cwd)
                            : r.step == kStdio ? std::string("setting up its stdin, stdout and stderr")
-                                              : fmt::format("executing '{}'", options.argv.front());
+                                              : fmt::format("executing '{}'", program);
   throw std::system_error(r.error, std::generic_category(), what);
 }
 

@@ -25,8 +25,8 @@ struct ResolvedCommand {
   std::string problem;
 };
 
-// Finds command0 as execvp would: as given when it holds a slash, else in this process's PATH (not
-// searched when PATH is unset). The file must be a regular file this user may execute; a candidate
+// Finds command0 as execvp would: as given when it holds a slash, else in this process's PATH
+// (/usr/local/bin:/usr/bin:/bin when PATH is unset); what a relative PATH entry finds is made absolute. The file must be a regular file this user may execute; a candidate
 // that is not (a directory, mode 0644) is passed over like execvp does, and named in the problem when
 // nothing else is found. With `next_to_name` (the gateway), `next_to` (its directory; empty when
 // unknown) is searched last.
@@ -43,7 +43,8 @@ void default_signals();
 void close_fds(unsigned low, unsigned high);
 
 struct ChildOptions {
-  std::vector<std::string> argv;                    // argv[0] is the path to execute (see resolve_command)
+  std::vector<std::string> argv;                    // argv[0] as the program sees it
+  std::string path;                                 // the file to execute (resolve_command); empty: argv[0]
   std::optional<std::vector<std::string>> env;      // "NAME=value"; none: this process's environment
   std::string cwd;                                  // empty: this process's
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = 2;  // become the child's 0, 1, 2; -1: /dev/null

@@ -197,7 +197,7 @@ TEST_F(AnsibleTest, BadImportsAndModulesOutsideTheAllowListAreRefusedClearly) {
 
   const auto not_installed = client.import_library("NoAnsible");
   RJG_ASSERT_ERROR(not_installed, protocol::kInvalidParams);
-  EXPECT_TRUE(contains(not_installed.error_message(), "ansible-playbook is not on PATH (/nonexistent)"))
+  EXPECT_TRUE(contains(not_installed.error_message(), "Ansible is not installed here: 'ansible-playbook' not found in PATH (/nonexistent)"))
       << describe(not_installed);
   EXPECT_TRUE(contains(not_installed.error_message(), "apt install ansible-core")) << describe(not_installed);
 

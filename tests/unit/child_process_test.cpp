@@ -27,7 +27,8 @@ struct TempDir {
   fs::path path;
   TempDir() {
     std::string pattern = (fs::temp_directory_path() / "rjg-child-XXXXXX").string();
-    path = ::mkdtemp(pattern.data());
+    if (!::mkdtemp(pattern.data())) throw std::system_error(errno, std::generic_category(), "mkdtemp");
+    path = fs::canonical(pattern);  // as the child's pwd prints it, should TMPDIR lead through a symlink
   }
   ~TempDir() { fs::remove_all(path); }
 };
@@ -184,6 +185,48 @@ TEST(ResolveCommand, FindsInPathAndSaysWhyNot) {
                                         dir.path.string()));
   EXPECT_EQ(resolve_command("/etc").problem, "'/etc' is a directory");
   EXPECT_EQ(resolve_command("").problem, "'' is empty");
+}
+
+TEST(ResolveCommand, ARelativePathEntryGivesAnAbsolutePathAndNoPathMeansTheDefault) {
+  // An empty PATH entry is the working directory, as for execvp; a child that changes its directory
+  // before the exec must still find the file, so the path found is absolute.
+  TempDir dir;
+  const auto script = dir.path / "tool";
+  std::ofstream(script) << "#!/bin/sh\n";
+  fs::permissions(script, fs::perms::owner_all);
+  const auto saved_cwd = fs::current_path();
+  const std::string saved = std::getenv("PATH") ? std::getenv("PATH") : "";
+  fs::current_path(dir.path);
+  ::setenv("PATH", ":/bin", 1);
+  const auto relative = resolve_command("tool");
+  ::unsetenv("PATH");
+  const auto by_default = resolve_command("sh");
+  const auto nowhere = resolve_command("no-such-tool-here");
+  ::setenv("PATH", saved.c_str(), 1);
+  fs::current_path(saved_cwd);
+  ASSERT_TRUE(relative.path) << relative.problem;
+  EXPECT_EQ(*relative.path, script.string());
+  ASSERT_TRUE(by_default.path) << by_default.problem;
+  EXPECT_EQ(*by_default.path, "/usr/bin/sh");
+  EXPECT_EQ(nowhere.problem, "'no-such-tool-here' not found in PATH (not set, so /usr/local/bin:/usr/bin:/bin)");
+}
+
+TEST(StartChild, TheProgramSeesItsArgv0AsGiven) {
+  ChildOptions o;
+  o.path = "/bin/sh";
+  const auto [text, status] = [&] {
+    int out[2];
+    EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+    o.argv = {"called-so", "-c", "echo \"$0\""};
+    o.stdout_fd = out[1];
+    const pid_t pid = start_child(o);
+    ::close(out[1]);
+    std::string t = read_all(out[0]);
+    ::close(out[0]);
+    return std::pair{t, wait_for(pid)};
+  }();
+  EXPECT_EQ(text, "called-so\n");
+  EXPECT_EQ(describe_status(status), "exited with status 0");
 }
 
 TEST(DescribeStatus, ExitsAndSignalsInWords) {

@@ -169,10 +169,10 @@ std::vector<std::string> allow_list;
 
 // The Ansible program `name` (ansible-playbook, ansible-doc), or the refusal telling how to install it.
 std::string program(const ans::Where& where, std::string_view name) {
-  if (auto found = rjg::process::resolve_command(std::string(name)); found.path) return *found.path;
-  const char* path = std::getenv("PATH");
-  throw ans::Refused(fmt::format("{}Ansible is not installed here: {} is not on PATH ({}). {}.", where.prefix(), name,
-                                 path ? path : "unset", kInstall));
+  auto found = rjg::process::resolve_command(std::string(name));
+  if (found.path) return *found.path;
+  // "'ansible-playbook' not found in PATH (...)", or why the one found cannot run (mode 0644, say).
+  throw ans::Refused(fmt::format("{}Ansible is not installed here: {}. {}.", where.prefix(), found.problem, kInstall));
 }
 
 // The interpreter ansible-playbook runs on, from its "#!" line.

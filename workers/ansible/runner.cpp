@@ -70,6 +70,8 @@ RunResult run(const std::vector<std::string>& argv, const std::vector<std::strin
   pid_t pid;
   {
     // Registered before anyone can signal it: end_all() either sees this group or stops it from starting.
+    // (Held until the exec is done, a matter of milliseconds: this worker runs one program at a time,
+    // and end_all waits no longer than that.)
     std::lock_guard lock(registry.mutex);
     if (registry.ending) throw std::system_error(ECANCELED, std::generic_category(), "the worker is stopping");
     pid = process::start_child(child);

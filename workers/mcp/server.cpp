@@ -53,14 +53,14 @@ McpServer::McpServer(std::vector<std::string> command, std::chrono::milliseconds
   program_ = command.front().substr(command.front().rfind('/') + 1);
   const auto resolved = process::resolve_command(command.front());
   if (!resolved.path) throw ServerGone(fmt::format("could not be started: {}", resolved.problem));
-  command.front() = *resolved.path;
 
   int in[2], out[2], err[2];
   if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
       ::pipe2(wake_, O_CLOEXEC) != 0)
     throw ServerGone(fmt::format("could not be started: no pipes: {}", std::strerror(errno)));
   process::ChildOptions child;
-  child.argv = std::move(command);
+  child.argv = std::move(command);  // argv[0] as given (npx, uvx): some programs go by the name they are called
+  child.path = *resolved.path;
   child.stdin_fd = in[0];
   child.stdout_fd = out[1];
   child.stderr_fd = err[1];
