@@ -35,7 +35,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 }
 
 // What the child reports through its close-on-exec pipe when it cannot execute: the step and its errno.
-enum Step : int { kStdio = 1, kChdir = 2, kExec = 3 };
+enum Step : int { kStdio = 1, kChdir = 2, kLimits = 3, kExec = 4 };
 struct Report {
   int step = 0;
   int error = 0;
@@ -200,6 +200,11 @@ pid_t start_child(const ChildOptions& options) {
     close_fds(3, static_cast<unsigned>(out) - 1);
     close_fds(static_cast<unsigned>(out) + 1, ~0u);
     if (cwd && ::chdir(cwd) != 0) fail(kChdir);
+    for (const auto& [resource, value] : options.limits) {
+      struct rlimit rl {};
+      rl.rlim_cur = rl.rlim_max = static_cast<rlim_t>(value);
+      if (::setrlimit(resource, &rl) != 0) fail(kLimits);
+    }
     ::execve(program, args.data(), env);
     fail(kExec);
   }
@@ -208,7 +213,7 @@ pid_t start_child(const ChildOptions& options) {
   if (null_fd >= 0) ::close(null_fd);
   if (pid < 0) {
     ::close(report[0]);
-    throw std::system_error(fork_errno, std::generic_category(), "fork");
+    throw StartError(fork_errno, StartError::Step::fork, "fork");
   }
   if (options.own_group) ::setpgid(pid, pid);  // also here: the group exists before anyone signals it
   Report r;
@@ -219,10 +224,17 @@ pid_t start_child(const ChildOptions& options) {
   if (n != sizeof r) return pid;  // end of file: the exec succeeded
   while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
-  const std::string what = r.step == kChdir ? fmt::format("changing to the working directory '{}'", options.cwd)
-                           : r.step == kStdio ? std::string("setting up its stdin, stdout and stderr")
-                                              : fmt::format("executing '{}'", program);
-  throw std::system_error(r.error, std::generic_category(), what);
+  switch (r.step) {
+    case kChdir:
+      throw StartError(r.error, StartError::Step::chdir,
+                       fmt::format("changing to the working directory '{}'", options.cwd));
+    case kStdio:
+      throw StartError(r.error, StartError::Step::stdio, "setting up its stdin, stdout and stderr");
+    case kLimits:
+      throw StartError(r.error, StartError::Step::limits, "setting its resource limits");
+    default:
+      throw StartError(r.error, StartError::Step::exec, fmt::format("executing '{}'", program));
+  }
 }
 
 std::string describe_status(int status) {

@@ -1,14 +1,17 @@
 // Starting child processes, one way for every program of the project: finding the program (with the
 // reason it cannot be run), the child's side between fork and exec, and wait statuses in words.
-// The gateway's worker starts use Boost.Process (its pipes are the loops'); the adapter workers start
-// their servers and Ansible's programs with start_child. Nothing here uses Asio.
+// The gateway starts its workers with start_child, and so do the adapter workers their MCP servers and
+// Ansible's programs. Nothing here uses Asio.
 #pragma once
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 namespace rjg::process {
@@ -52,11 +55,24 @@ struct ChildOptions {
   // PR_SET_PDEATHSIG: SIGKILL when the *thread* that started it ends, the backstop for a program killed
   // before it could stop its children.
   bool die_with_parent = true;
+  // setrlimit(resource, {value, value}) in the child, for it and what it starts.
+  std::vector<std::pair<int, std::uint64_t>> limits;
 };
 
-// Forks and executes; returns once the exec succeeded. Nothing but 0, 1 and 2 reaches the child, with
-// default signals. Throws std::system_error with the errno of what failed (fork, a dup2, the chdir, the
-// exec); a child that failed is reaped first. The caller reaps the pid it gets.
+// What start_child could not do, and the step it failed at; code() is the errno.
+class StartError : public std::system_error {
+ public:
+  enum class Step { fork, stdio, chdir, limits, exec };
+  StartError(int error, Step step, const std::string& what)
+      : std::system_error(error, std::generic_category(), what), step(step) {}
+  Step step;
+};
+
+// Forks and executes; returns once the exec succeeded. Only async-signal-safe calls between fork and
+// exec (no allocation: another thread may hold the allocator's lock). Nothing but 0, 1 and 2 reaches the
+// child, with default signals. Throws StartError (a std::system_error) with the errno and the step that
+// failed: fork, a dup2, the chdir, a limit, the exec; a child that failed is reaped first. The caller
+// reaps the pid it gets.
 pid_t start_child(const ChildOptions& options);
 
 // "exited with status 2", "was killed by signal 9 (Killed)", from a raw wait status.

@@ -2,14 +2,6 @@
 
 #include "common/process/child.hpp"
 
-// Boost 1.81 relies on Boost.Filesystem to pull these in; with BOOST_PROCESS_USE_STD_FS they are missing.
-#include <boost/optional.hpp>
-#include <boost/type_traits.hpp>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/process/v2/process.hpp>
-#include <boost/process/v2/stdio.hpp>
-
 #include <fmt/format.h>
 
 #include <fcntl.h>
@@ -19,16 +11,14 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <climits>
-#include <mutex>
+#include <cstring>
+#include <utility>
 #include <system_error>
 #include <vector>
 
 extern char** environ;
 
 namespace rjg::workers {
-namespace bp = boost::process::v2;
-
 namespace {
 
 // Variables that describe the gateway's own service-manager handshake must not leak into workers:
@@ -54,55 +44,38 @@ std::vector<std::string> build_environment(const config::Library& library) {
   return env;
 }
 
-// Runs in the child between fork and exec: new process group, default signal state, working directory.
-struct WorkerSetup {
-  std::vector<const char*> envp;
-  const char* cwd = nullptr;
-  config::ResourceLimits limits;
-
-  static int set_limit(int resource, std::uint64_t value, bool set = true) {
-    if (!set) return 0;
-    struct rlimit rl {};
-    rl.rlim_cur = rl.rlim_max = static_cast<rlim_t>(value);
-    return ::setrlimit(resource, &rl);
+// A pipe whose ends close on exec (start_child gives the child its own end as 0, 1 or 2).
+struct Pipe {
+  int read = -1, write = -1;
+  Pipe() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0)
+      throw SpawnError(std::error_code(errno, std::system_category()),
+                       fmt::format("cannot start a worker: no pipe: {}", std::strerror(errno)));
+    read = fds[0];
+    write = fds[1];
   }
-
-  bp::error_code on_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&, const char* const*) {
-    launcher.env = envp.data();
-    return {};
+  ~Pipe() {
+    for (int fd : {read, write})
+      if (fd >= 0) ::close(fd);
   }
-
-  bp::error_code on_exec_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&,
-                               const char* const*) {
-    // Its own group, so the gateway can signal the worker and everything it started at once, and a
-    // Ctrl-C on the gateway's terminal is not delivered to workers behind the gateway's back.
-    if (::setpgid(0, 0) != 0) return {errno, bp::system_category()};
-    // Ignored signals (the gateway ignores SIGPIPE) and the mask survive exec; give the worker defaults.
-    process::default_signals();
-    // Only stdin, stdout and stderr go to the worker (and the launcher's exec-error pipe, close-on-exec).
-    // Boost 1.81's own close_all skips every descriptor below the highest one it keeps, so another
-    // worker's pipes or a client's socket would leak into this worker; close them here instead.
-    int kept = 2;
-    for (;;) {
-      int next = INT_MAX;
-      for (int fd : launcher.fd_whitelist)
-        if (fd > kept && fd < next) next = fd;
-      process::close_fds(static_cast<unsigned>(kept) + 1, next == INT_MAX ? ~0u : static_cast<unsigned>(next) - 1);
-      if (next == INT_MAX) break;
-      kept = next;
-    }
-    if (cwd && ::chdir(cwd) != 0) return {errno, bp::system_category()};
-    // Limits apply to the worker and what it starts; a failure here fails the start, not the gateway.
-    // 0 means "not set", except for core_size, where 0 (no core dumps) is the usual wish.
-    if (set_limit(RLIMIT_AS, limits.address_space, limits.address_space != 0) ||
-        set_limit(RLIMIT_NOFILE, limits.open_files, limits.open_files != 0) ||
-        set_limit(RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds != 0) ||
-        set_limit(RLIMIT_NPROC, limits.processes, limits.processes != 0) ||
-        set_limit(RLIMIT_CORE, limits.core_size, limits.core_size_set))
-      return {errno, bp::system_category()};
-    return {};
-  }
+  Pipe(const Pipe&) = delete;
+  Pipe& operator=(const Pipe&) = delete;
+  int take_read() { return std::exchange(read, -1); }
+  int take_write() { return std::exchange(write, -1); }
 };
+
+// The library's rlimits as start_child applies them: 0 means "not set", except for core_size, where 0
+// (no core dumps) is the usual wish.
+std::vector<std::pair<int, std::uint64_t>> limits_of(const config::ResourceLimits& limits) {
+  std::vector<std::pair<int, std::uint64_t>> out;
+  if (limits.address_space) out.emplace_back(RLIMIT_AS, limits.address_space);
+  if (limits.open_files) out.emplace_back(RLIMIT_NOFILE, limits.open_files);
+  if (limits.cpu_seconds) out.emplace_back(RLIMIT_CPU, limits.cpu_seconds);
+  if (limits.processes) out.emplace_back(RLIMIT_NPROC, limits.processes);
+  if (limits.core_size_set) out.emplace_back(RLIMIT_CORE, limits.core_size);
+  return out;
+}
 
 }  // namespace
 
@@ -131,41 +104,45 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
     throw SpawnError(std::make_error_code(std::errc::no_such_file_or_directory), "command " + resolved.problem);
   const std::optional<std::string>& executable = resolved.path;
 
+  Pipe in, out, err;
+  process::ChildOptions options;
+  // argv[0] is the file executed, as the worker was always started (Python derives sys.executable from it).
+  options.argv.push_back(*executable);
+  options.argv.insert(options.argv.end(), library.command.begin() + 1, library.command.end());
+  options.env = build_environment(library);
+  if (library.cwd) options.cwd = *library.cwd;
+  options.stdin_fd = in.read;
+  options.stdout_fd = out.write;
+  options.stderr_fd = err.write;
+  // Its own group, so the gateway can signal the worker and everything it started at once, and a Ctrl-C
+  // on the gateway's terminal is not delivered to workers behind the gateway's back. No PDEATHSIG: the
+  // gateway stops its workers itself (and may hand them over on a drain).
+  options.own_group = true;
+  options.die_with_parent = false;
+  // Limits apply to the worker and what it starts; a failure here fails the start, not the gateway.
+  options.limits = limits_of(library.rlimits);
+
+  // start_child makes only async-signal-safe calls between fork and exec. (Boost.Process's launcher,
+  // used before, told an io_context about the fork in the child, which allocates: under ASan, whose
+  // allocator is not reset at fork, a child could wait for ever for a lock another loop's thread held.)
   SpawnedProcess child{-1, *executable, boost::asio::writable_pipe(executor), boost::asio::readable_pipe(executor),
                        boost::asio::readable_pipe(executor)};
-  std::vector<std::string> args(library.command.begin() + 1, library.command.end());
-  std::vector<std::string> env = build_environment(library);
-
-  WorkerSetup setup;
-  for (const auto& e : env) setup.envp.push_back(e.c_str());
-  setup.envp.push_back(nullptr);
-  if (library.cwd) setup.cwd = library.cwd->c_str();
-  setup.limits = library.rlimits;
-
-  // The launcher tells the context of the executor it is given about the fork, in the child too, and
-  // that takes the context's locks there. The loops' own contexts are touched by other threads (an
-  // accept on loop 0 for another loop registers the connection with that loop's reactor): a child that
-  // forked while such a lock was held would wait for it for ever. So the launcher gets a context of its
-  // own, used by one start at a time and by nothing else; the pipes are the loop's.
-  static boost::asio::io_context fork_context(1);
-  static std::mutex fork_mutex;
-  std::lock_guard forking(fork_mutex);
-  bp::posix::default_launcher launcher;
-  bp::error_code ec;
-  auto process = launcher(fork_context.get_executor(), ec, bp::filesystem::path(*executable), args,
-                          bp::process_stdio{child.stdin_pipe, child.stdout_pipe, child.stderr_pipe}, setup);
-  if (ec) {
-    // The launcher's child ended before exec; collect it so it does not linger as a zombie.
-    if (launcher.pid > 0) ::waitpid(launcher.pid, nullptr, 0);
-    std::string what = setup.cwd && ec.value() == ENOENT && !process::exec_problem(*executable)
-                           ? fmt::format("cannot start '{}' in working directory '{}': {}", *executable, setup.cwd,
-                                         ec.message())
-                           : fmt::format("cannot start '{}': {}", *executable, ec.message());
-    throw SpawnError(std::error_code(ec.value(), std::system_category()), what);
+  try {
+    child.pid = process::start_child(options);
+  } catch (const process::StartError& e) {
+    using Step = process::StartError::Step;
+    const int error = e.code().value();
+    const std::string what =
+        e.step == Step::chdir  ? fmt::format("cannot start '{}' in working directory '{}': {}", *executable,
+                                             options.cwd, std::strerror(error))
+        : e.step == Step::exec ? fmt::format("cannot start '{}': {}", *executable, std::strerror(error))
+                               : fmt::format("cannot start '{}': {}", *executable, e.what());
+    throw SpawnError(std::error_code(error, std::system_category()), what);
   }
-  child.pid = process.id();
-  // From here the pid is supervised by the Worker and the ChildReaper, not by the process object.
-  process.detach();
+  // From here the pid is supervised by the Worker and the ChildReaper.
+  child.stdin_pipe.assign(in.take_write());
+  child.stdout_pipe.assign(out.take_read());
+  child.stderr_pipe.assign(err.take_read());
   return child;
 }
 
