@@ -14,6 +14,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <thread>
 
 namespace rjg::test {
 namespace {
@@ -219,6 +220,34 @@ TEST_F(McpTest, ProgressArrivesAsLogsBeforeTheAnswer) {
     if (l.second.starts_with("progress")) progress.push_back(l);
   const Logs expected = {{"INFO", "progress 1/3"}, {"INFO", "progress 2/3"}, {"INFO", "progress 3/3"}};
   EXPECT_EQ(progress, expected);
+}
+
+// --call-timeout: a tool that takes longer fails its keyword with a message that says what to do; the
+// request is cancelled, and the same server serves the next keywords (a late answer, should the server
+// send one, is skipped rather than taken for theirs).
+TEST_F(McpTest, ACallTimeoutCancelsTheRequestAndTheServerServesOn) {
+  start_mcp({}, {"--call-timeout", "2"});
+  auto [client, token] = session("Everything");
+  const auto started = Clock::now();
+  const auto slow = client.run_keyword(token, "trigger-long-running-operation", {}, {{"duration", 6}, {"steps", 3}});
+  RJG_ASSERT_OK(slow);
+  const std::string message = message_of(slow);
+  EXPECT_TRUE(contains(message, "Keyword 'Everything.trigger-long-running-operation': the MCP server `")) << message;
+  EXPECT_TRUE(contains(message, "did not answer tools/call within 2 s (--call-timeout in the library's command)"))
+      << message;
+  EXPECT_TRUE(contains(message, "The request was cancelled (notifications/cancelled) and the server serves the next "
+                                "keyword. If the tool needs longer, raise --call-timeout."))
+      << message;
+  // Keywords go on until well after the slow operation would have ended, each with its own answer.
+  int n = 0;
+  while (Clock::now() - started < 9s) {
+    const auto reply = client.run_keyword(token, "echo", {fmt::format("after {}", n)});
+    RJG_ASSERT_KEYWORD_OK(reply);
+    ASSERT_EQ(keyword_value(reply), json::value(fmt::format("Echo: after {}", n)));
+    ++n;
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_EQ(server_pids().size(), 1u) << "the server was replaced";
 }
 
 TEST_F(McpTest, TheServersLogMessagesBecomeRobotLogsOfLaterKeywords) {

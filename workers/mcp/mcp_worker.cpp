@@ -5,15 +5,16 @@
 //   name = "Everything"
 //   command = ["robot-mcp-worker", "--name", "{library}", "--", "npx", "mcp-server-everything"]
 //
-//   robot-mcp-worker [--name NAME] [--startup-timeout SECONDS] [--shutdown-grace SECONDS]
-//                    [--server-log-level LEVEL|none] [--stdio | --tcp HOST:PORT] [--log-level LEVEL]
+//   robot-mcp-worker [--name NAME] [--startup-timeout SECONDS] [--call-timeout SECONDS]
+//                    [--shutdown-grace SECONDS] [--server-log-level LEVEL|none] [--stdio | --tcp HOST:PORT] [--log-level LEVEL]
 //                    -- COMMAND [ARGS...]
 //
 // Each import starts its own server process and holds it until the import is finalized: initialize
 // (protocol 2025-06-18, no client capabilities), notifications/initialized, logging/setLevel when the
 // server logs, and every page of tools/list, all within --startup-timeout. The tools become keywords
 // (mapping.hpp says how); a keyword call is tools/call, with the server's log messages and the call's
-// progress relayed as robot/log while it runs. A server that dies under a keyword fails that keyword,
+// progress relayed as robot/log while it runs; with --call-timeout, a call the server does not answer in
+// time is cancelled (notifications/cancelled) and fails its keyword. A server that dies under a keyword fails that keyword,
 // and then this worker exits, so that the gateway starts a fresh one for the next import.
 #include "common/log.hpp"
 #include "common/protocol/protocol.hpp"
@@ -57,6 +58,7 @@ struct Options {
   std::vector<std::string> command;
   std::string name = "MCP";
   std::chrono::milliseconds startup_timeout = 30s;
+  std::chrono::milliseconds call_timeout{0};  // none: the gateway's keyword_timeout still bounds a keyword
   std::chrono::milliseconds shutdown_grace = 2s;
   std::string server_log_level = "debug";
 };
@@ -227,7 +229,10 @@ void import_library(const Options& options, sdk::ImportContext& context) {
 
 class KeywordRun {
  public:
-  KeywordRun(sdk::Call& call, Instance& instance) : call_(call), instance_(instance), server_(*instance.server) {}
+  KeywordRun(sdk::Call& call, Instance& instance, std::chrono::milliseconds call_timeout)
+      : call_(call), instance_(instance), server_(*instance.server), call_timeout_(call_timeout) {
+    if (call_timeout.count() > 0) deadline_ = mcp::Clock::now() + call_timeout;
+  }
 
   json::value run() {
     const mcp::KeywordEntry* entry = instance_.keywords->find(call_.keyword());
@@ -247,6 +252,18 @@ class KeywordRun {
       throw sdk::KeywordError(fmt::format("{}", e.what()), "McpToolError");
     } catch (const mcp::ArgumentError& e) {
       throw sdk::KeywordError(fmt::format("{} {}", here(), e.what()), e.type);
+    } catch (const mcp::ServerTimeout& e) {
+      // The server is still usable (a message cut in the middle is ServerGone): the request is
+      // cancelled, its late answer will be skipped, and the next keyword goes on with the same server.
+      server_.cancel(server_.last_request_id(), fmt::format("--call-timeout ({}) passed", seconds(call_timeout_)));
+      rjg::log::warn("library '{}': {} did not answer {} within --call-timeout ({}); cancelled", call_.library(),
+                     who(server_), method_, seconds(call_timeout_));
+      throw sdk::KeywordError(
+          fmt::format("{}: {} did not answer {} within {} (--call-timeout in the library's command): {}. The request "
+                      "was cancelled (notifications/cancelled) and the server serves the next keyword. If the tool "
+                      "needs longer, raise --call-timeout.",
+                      here(), who(server_), method_, seconds(call_timeout_), e.what()),
+          "McpTimeout");
     } catch (const mcp::ServerError& e) {
       std::string data = e.data.is_null() ? std::string() : " (data: " + rjg::log::printable(json::serialize(e.data), 400) + ")";
       throw sdk::KeywordError(fmt::format("{}: {} answered {} with JSON-RPC error {}: {}{}.", here(), who(server_),
@@ -300,7 +317,7 @@ class KeywordRun {
 
   json::object request_object(std::string_view method, json::object params) {
     method_ = std::string(method);
-    const json::value v = server_.request(method, std::move(params), listener());
+    const json::value v = server_.request(method, std::move(params), listener(), deadline_);
     if (!v.is_object()) throw mcp::ServerError(0, fmt::format("the result is not an object: {}", json::serialize(v)), {});
     return v.get_object();
   }
@@ -352,17 +369,17 @@ class KeywordRun {
         positional(0, "no arguments");
         no_named();
         method_ = "tools/list";
-        return list_all(server_, "tools/list", "tools", listener());
+        return list_all(server_, "tools/list", "tools", listener(), deadline_);
       case mcp::Generic::list_resources:
         positional(0, "no arguments");
         no_named();
         method_ = "resources/list";
-        return list_all(server_, "resources/list", "resources", listener());
+        return list_all(server_, "resources/list", "resources", listener(), deadline_);
       case mcp::Generic::list_prompts:
         positional(0, "no arguments");
         no_named();
         method_ = "prompts/list";
-        return list_all(server_, "prompts/list", "prompts", listener());
+        return list_all(server_, "prompts/list", "prompts", listener(), deadline_);
       case mcp::Generic::read_resource: {
         json::value uri;
         if (args.size() == 1 && kwargs.empty()) uri = args[0];
@@ -419,18 +436,24 @@ class KeywordRun {
   std::string method_ = "tools/call";
   std::string progress_token_;
   bool keep_tool_errors_ = false;  // Call Tool returns isError results instead of failing
+  std::chrono::milliseconds call_timeout_;
+  std::optional<mcp::Clock::time_point> deadline_;  // --call-timeout: for every request of this keyword
 };
 
 int usage(const char* program, std::string_view problem) {
   if (!problem.empty()) std::fprintf(stderr, "%s: %.*s\n", program, static_cast<int>(problem.size()), problem.data());
   std::fprintf(stderr,
-               "usage: %s [--name NAME] [--startup-timeout SECONDS] [--shutdown-grace SECONDS]\n"
-               "       [--server-log-level LEVEL|none] [--stdio | --tcp HOST:PORT] [--log-level LEVEL]\n"
+               "usage: %s [--name NAME] [--startup-timeout SECONDS] [--call-timeout SECONDS]\n"
+               "       [--shutdown-grace SECONDS] [--server-log-level LEVEL|none] [--stdio | --tcp HOST:PORT]\n"
+               "       [--log-level LEVEL]\n"
                "       -- COMMAND [ARGS...]\n"
                "  COMMAND                   the MCP server (stdio transport), started once per import\n"
                "  --name NAME               the library's name in definitions and messages (default MCP;\n"
                "                            \"{library}\" in the gateway's command gives the configured name)\n"
                "  --startup-timeout SECONDS how long initialize and tools/list may take (default 30)\n"
+               "  --call-timeout SECONDS    how long a keyword's requests may take; then the request is\n"
+               "                            cancelled and the keyword fails, and the server serves on\n"
+               "                            (default: none; the gateway's keyword_timeout ends the worker)\n"
                "  --shutdown-grace SECONDS  how long the server gets to exit after its stdin is closed, and\n"
                "                            again after SIGTERM, before SIGKILL (default 2)\n"
                "  --server-log-level LEVEL  logging/setLevel sent to a server that logs (default debug; none:\n"
@@ -468,10 +491,12 @@ int main(int argc, char** argv) {
       auto v = value();
       if (!v || v->empty()) return usage(argv[0], "--name needs a name");
       options.name = *v;
-    } else if (arg == "--startup-timeout" || arg == "--shutdown-grace") {
+    } else if (arg == "--startup-timeout" || arg == "--shutdown-grace" || arg == "--call-timeout") {
       auto d = parse_seconds(value());
       if (!d) return usage(argv[0], fmt::format("{} needs a number of seconds above 0", arg));
-      (arg == "--startup-timeout" ? options.startup_timeout : options.shutdown_grace) = *d;
+      (arg == "--startup-timeout" ? options.startup_timeout
+       : arg == "--call-timeout"  ? options.call_timeout
+                                  : options.shutdown_grace) = *d;
     } else if (arg == "--server-log-level") {
       static constexpr std::string_view kLevels[] = {"debug", "info",     "notice", "warning", "error",
                                                      "critical", "alert", "emergency", "none"};
@@ -495,9 +520,9 @@ int main(int argc, char** argv) {
   sdk::Library library(options.name, fmt::format("The MCP server `{}`.", fmt::join(options.command, " ")), RJG_VERSION);
   library.server_name("robot-mcp-worker");
   library.on_import([&](sdk::ImportContext& context) { import_library(options, context); });
-  library.dynamic_keywords([](sdk::Call& call) -> json::value {
+  library.dynamic_keywords([&options](sdk::Call& call) -> json::value {
     auto& instance = call.state<std::shared_ptr<Instance>>();
-    return KeywordRun(call, *instance).run();
+    return KeywordRun(call, *instance, options.call_timeout).run();
   });
   rjg::log::info("serving the MCP server `{}` as library {}", fmt::join(options.command, " "), options.name);
   return sdk::serve(library, serve);

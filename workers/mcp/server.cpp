@@ -263,7 +263,11 @@ void McpServer::write_line(const std::string& line, std::optional<Clock::time_po
     pollfd fds[2] = {{stdin_, POLLOUT, 0}, {stdout_, POLLIN, 0}};
     const int r = ::poll(fds, 2, poll_timeout(deadline));
     if (r < 0 && errno == EINTR) continue;
-    if (r == 0 && deadline && Clock::now() >= *deadline) throw ServerTimeout("it did not read its input in time");
+    if (r == 0 && deadline && Clock::now() >= *deadline) {
+      // Half a message cannot be taken back: the stream would not be JSON-RPC any more.
+      if (rest.size() < line.size()) gone("stopped reading its input in the middle of a message");
+      throw ServerTimeout("it did not read its input in time");
+    }
     if (fds[1].revents) {
       // A server that writes more than two lines' limit while it does not read is not one to wait for
       // (and its readable stdout would make this loop spin).
@@ -277,6 +281,19 @@ void McpServer::write_line(const std::string& line, std::optional<Clock::time_po
     if (n > 0) rest.remove_prefix(static_cast<std::size_t>(n));
     else if (n < 0 && errno != EINTR && errno != EAGAIN)
       gone(errno == EPIPE ? "closed its standard input" : fmt::format("could not be written to: {}", std::strerror(errno)));
+  }
+}
+
+void McpServer::cancel(std::int64_t id, std::string reason) {
+  cancelled_.insert(id);
+  if (cancelled_.size() > 1000) cancelled_.erase(cancelled_.begin());  // answers that never came
+  // Bounded: a server that does not read its input now is not waited for (the next request finds out).
+  json::object message{{"jsonrpc", "2.0"},
+                       {"method", "notifications/cancelled"},
+                       {"params", json::object{{"requestId", id}, {"reason", std::move(reason)}}}};
+  try {
+    write_line(json::serialize(message) + "\n", Clock::now() + std::chrono::seconds(2));
+  } catch (const ServerTimeout&) {
   }
 }
 
@@ -333,6 +350,12 @@ json::value McpServer::request(std::string_view method, json::object params, con
       }
       const auto* result = m.if_contains("result");
       return result ? *result : json::value(json::object());
+    }
+    if (id_of && id_of->is_int64() && cancelled_.count(id_of->get_int64())) {
+      log::debug("MCP server {} (pid {}) answered request {}, which was cancelled; skipped", program_, pid_,
+                 id_of->get_int64());
+      cancelled_.erase(id_of->get_int64());
+      continue;
     }
     log::warn("MCP server {} (pid {}) sent a message that answers nothing pending (request {} is); skipped: {}",
               program_, pid_, id, log::printable(json::serialize(m)));

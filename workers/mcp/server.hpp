@@ -19,6 +19,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -71,6 +72,10 @@ class McpServer {
   // `deadline` passes first (the server is then still usable), ServerGone when the server is gone.
   json::value request(std::string_view method, json::object params, const Listener& listener,
                       std::optional<Clock::time_point> deadline = std::nullopt);
+  // The id of the latest request, and notifications/cancelled for one the caller gave up on (after
+  // ServerTimeout): its answer, should it come, is skipped.
+  std::int64_t last_request_id() const { return next_id_ - 1; }
+  void cancel(std::int64_t id, std::string reason);
   void notify(std::string_view method, json::object params);
 
   // After ServerGone: "exited with status 1", "was killed by signal 9 (Killed)", or "is still running"
@@ -105,6 +110,7 @@ class McpServer {
   std::size_t scanned_ = 0;    // in_[0, scanned_) holds no newline
   std::int64_t next_id_ = 1;
   std::string broken_;         // why the server is unusable, once it is
+  std::set<std::int64_t> cancelled_;  // requests given up on, whose late answers are skipped
 
   std::thread stderr_thread_;
   std::mutex stderr_mutex_;
