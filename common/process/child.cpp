@@ -155,13 +155,13 @@ pid_t start_child(const ChildOptions& options) {
   int null_fd = -1;
   if (options.stdin_fd < 0 || options.stdout_fd < 0 || options.stderr_fd < 0) {
     null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (null_fd < 0) throw std::system_error(errno, std::generic_category(), "opening /dev/null");
+    if (null_fd < 0) throw StartError(errno, StartError::Step::stdio, "opening /dev/null");
   }
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) {
     const int e = errno;
     if (null_fd >= 0) ::close(null_fd);
-    throw std::system_error(e, std::generic_category(), "pipe2");
+    throw StartError(e, StartError::Step::stdio, "making a pipe");
   }
   const int sources[3] = {options.stdin_fd < 0 ? null_fd : options.stdin_fd,
                           options.stdout_fd < 0 ? null_fd : options.stdout_fd,

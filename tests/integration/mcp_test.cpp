@@ -223,29 +223,25 @@ TEST_F(McpTest, ProgressArrivesAsLogsBeforeTheAnswer) {
 }
 
 // --call-timeout: a tool that takes longer fails its keyword with a message that says what to do; the
-// request is cancelled, and the same server serves the next keywords (a late answer, should the server
-// send one, is skipped rather than taken for theirs).
+// request is cancelled, and the same server serves the next keywords. (The bound is generous, and the
+// operation takes six times as long: nothing here depends on how fast the machine is.)
 TEST_F(McpTest, ACallTimeoutCancelsTheRequestAndTheServerServesOn) {
-  start_mcp({}, {"--call-timeout", "2"});
+  start_mcp({}, {"--call-timeout", "10"});
   auto [client, token] = session("Everything");
-  const auto started = Clock::now();
-  const auto slow = client.run_keyword(token, "trigger-long-running-operation", {}, {{"duration", 6}, {"steps", 3}});
+  const auto slow = client.run_keyword(token, "trigger-long-running-operation", {}, {{"duration", 60}, {"steps", 3}});
   RJG_ASSERT_OK(slow);
   const std::string message = message_of(slow);
   EXPECT_TRUE(contains(message, "Keyword 'Everything.trigger-long-running-operation': the MCP server `")) << message;
-  EXPECT_TRUE(contains(message, "did not answer tools/call within 2 s (--call-timeout in the library's command)"))
+  EXPECT_TRUE(contains(message, "did not answer tools/call before the keyword's --call-timeout (10 s, in the "
+                                "library's command) passed"))
       << message;
   EXPECT_TRUE(contains(message, "The request was cancelled (notifications/cancelled) and the server serves the next "
                                 "keyword. If the tool needs longer, raise --call-timeout."))
       << message;
-  // Keywords go on until well after the slow operation would have ended, each with its own answer.
-  int n = 0;
-  while (Clock::now() - started < 9s) {
+  for (int n = 0; n < 5; ++n) {
     const auto reply = client.run_keyword(token, "echo", {fmt::format("after {}", n)});
     RJG_ASSERT_KEYWORD_OK(reply);
     ASSERT_EQ(keyword_value(reply), json::value(fmt::format("Echo: after {}", n)));
-    ++n;
-    std::this_thread::sleep_for(200ms);
   }
   EXPECT_EQ(server_pids().size(), 1u) << "the server was replaced";
 }

@@ -255,13 +255,18 @@ class KeywordRun {
     } catch (const mcp::ServerTimeout& e) {
       // The server is still usable (a message cut in the middle is ServerGone): the request is
       // cancelled, its late answer will be skipped, and the next keyword goes on with the same server.
-      server_.cancel(server_.last_request_id(), fmt::format("--call-timeout ({}) passed", seconds(call_timeout_)));
-      rjg::log::warn("library '{}': {} did not answer {} within --call-timeout ({}); cancelled", call_.library(),
-                     who(server_), method_, seconds(call_timeout_));
+      // Unless the cancellation itself finds the server gone.
+      try {
+        server_.cancel(server_.last_request_id(), fmt::format("--call-timeout ({}) passed", seconds(call_timeout_)));
+      } catch (const mcp::ServerGone& gone) {
+        server_gone(gone);
+      }
+      rjg::log::warn("library '{}': {} did not answer {} before --call-timeout ({}) passed; cancelled",
+                     call_.library(), who(server_), method_, seconds(call_timeout_));
       throw sdk::KeywordError(
-          fmt::format("{}: {} did not answer {} within {} (--call-timeout in the library's command): {}. The request "
-                      "was cancelled (notifications/cancelled) and the server serves the next keyword. If the tool "
-                      "needs longer, raise --call-timeout.",
+          fmt::format("{}: {} did not answer {} before the keyword's --call-timeout ({}, in the library's command) "
+                      "passed: {}. The request was cancelled (notifications/cancelled) and the server serves the "
+                      "next keyword. If the tool needs longer, raise --call-timeout.",
                       here(), who(server_), method_, seconds(call_timeout_), e.what()),
           "McpTimeout");
     } catch (const mcp::ServerError& e) {
@@ -270,21 +275,25 @@ class KeywordRun {
                                           method_, e.code, e.what(), data),
                               "McpError");
     } catch (const mcp::ServerGone& e) {
-      // The failure is this keyword's answer; then the worker goes, and the gateway's supervision starts
-      // a fresh worker (and server) for the next import.
-      const std::string status = server_.exit_description();
-      call_.exit_after_answer(kServerGoneExit);
-      rjg::log::error("library '{}': {} {} and {} during {}; exiting after this keyword's answer", call_.library(),
-                      who(server_), e.what(), status, method_);
-      throw sdk::KeywordError(
-          fmt::format("{}: {} {} and {} while the keyword ran ({}). {}\nrobot-mcp-worker exits now; the gateway "
-                      "starts a fresh worker and server for the next import of '{}'.",
-                      here(), who(server_), e.what(), status, method_, stderr_part(server_), call_.library()),
-          "McpServerGone");
+      server_gone(e);
     }
   }
 
  private:
+  // The failure is this keyword's answer; then the worker goes, and the gateway's supervision starts a
+  // fresh worker (and server) for the next import.
+  [[noreturn]] void server_gone(const mcp::ServerGone& e) {
+    const std::string status = server_.exit_description();
+    call_.exit_after_answer(kServerGoneExit);
+    rjg::log::error("library '{}': {} {} and {} during {}; exiting after this keyword's answer", call_.library(),
+                    who(server_), e.what(), status, method_);
+    throw sdk::KeywordError(
+        fmt::format("{}: {} {} and {} while the keyword ran ({}). {}\nrobot-mcp-worker exits now; the gateway "
+                    "starts a fresh worker and server for the next import of '{}'.",
+                    here(), who(server_), e.what(), status, method_, stderr_part(server_), call_.library()),
+        "McpServerGone");
+  }
+
   std::string here() const { return fmt::format("Keyword '{}.{}'", call_.library(), call_.keyword()); }
 
   // Arguments as plain JSON: the client pickles lists and dicts, which are decoded here under the

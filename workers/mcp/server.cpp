@@ -263,7 +263,8 @@ void McpServer::write_line(const std::string& line, std::optional<Clock::time_po
     pollfd fds[2] = {{stdin_, POLLOUT, 0}, {stdout_, POLLIN, 0}};
     const int r = ::poll(fds, 2, poll_timeout(deadline));
     if (r < 0 && errno == EINTR) continue;
-    if (r == 0 && deadline && Clock::now() >= *deadline) {
+    // Checked on every pass: a server that keeps writing while it does not read wakes this loop each time.
+    if (deadline && Clock::now() >= *deadline) {
       // Half a message cannot be taken back: the stream would not be JSON-RPC any more.
       if (rest.size() < line.size()) gone("stopped reading its input in the middle of a message");
       throw ServerTimeout("it did not read its input in time");

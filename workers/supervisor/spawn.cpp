@@ -61,8 +61,6 @@ struct Pipe {
   }
   Pipe(const Pipe&) = delete;
   Pipe& operator=(const Pipe&) = delete;
-  int take_read() { return std::exchange(read, -1); }
-  int take_write() { return std::exchange(write, -1); }
 };
 
 // The library's rlimits as start_child applies them: 0 means "not set", except for core_size, where 0
@@ -122,11 +120,25 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
   // Limits apply to the worker and what it starts; a failure here fails the start, not the gateway.
   options.limits = limits_of(library.rlimits);
 
+  // The loop's pipes take the parent's ends first: once a child runs, nothing is left that could fail.
+  SpawnedProcess child{-1, *executable, boost::asio::writable_pipe(executor), boost::asio::readable_pipe(executor),
+                       boost::asio::readable_pipe(executor)};
+  boost::system::error_code ec;
+  auto adopt = [&](auto& pipe, int& fd) {  // the pipe owns fd once assigned; until then the Pipe does
+    if (ec) return;
+    pipe.assign(fd, ec);
+    if (!ec) fd = -1;
+  };
+  adopt(child.stdin_pipe, in.write);
+  adopt(child.stdout_pipe, out.read);
+  adopt(child.stderr_pipe, err.read);
+  if (ec)
+    throw SpawnError(std::error_code(ec.value(), std::system_category()),
+                     fmt::format("cannot start '{}': its pipes cannot join the event loop: {}", *executable,
+                                 ec.message()));
   // start_child makes only async-signal-safe calls between fork and exec. (Boost.Process's launcher,
   // used before, told an io_context about the fork in the child, which allocates: under ASan, whose
   // allocator is not reset at fork, a child could wait for ever for a lock another loop's thread held.)
-  SpawnedProcess child{-1, *executable, boost::asio::writable_pipe(executor), boost::asio::readable_pipe(executor),
-                       boost::asio::readable_pipe(executor)};
   try {
     child.pid = process::start_child(options);
   } catch (const process::StartError& e) {
@@ -140,9 +152,6 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
     throw SpawnError(std::error_code(error, std::system_category()), what);
   }
   // From here the pid is supervised by the Worker and the ChildReaper.
-  child.stdin_pipe.assign(in.take_write());
-  child.stdout_pipe.assign(out.take_read());
-  child.stderr_pipe.assign(err.take_read());
   return child;
 }
 
