@@ -104,8 +104,30 @@ const std::vector<std::string>& default_deny() {
 
 bool denied(const Library& library, std::string_view name) {
   const auto& list = library.deny ? *library.deny : default_deny();
-  const auto first = name.substr(0, name.find('.'));
-  return std::any_of(list.begin(), list.end(), [&](const std::string& d) { return d == name || d == first; });
+  auto listed = [&](std::string_view text) { return std::find(list.begin(), list.end(), text) != list.end(); };
+  if (listed(name)) return true;
+  // Each dotted prefix ("a", "a.b" of "a.b.c") and each part ("b", "c"): a library that imports os makes
+  // "Lib.os" the module os itself.
+  for (std::size_t start = 0, dot;; start = dot + 1) {
+    dot = name.find('.', start);
+    if (listed(name.substr(0, dot)) || listed(name.substr(start, dot - start))) return true;
+    if (dot == std::string_view::npos) return false;
+  }
+}
+
+GlobRefusal glob_refusal(const Library& entry, std::string_view name) {
+  if (!valid_import_name(name)) return GlobRefusal::not_a_name;
+  if (denied(entry, name)) return GlobRefusal::denied;
+  // Every literal '.' of the pattern matches a '.' of the name: more dots in the name than in the pattern
+  // means a wildcard took one, so the client chose a dotted part.
+  const auto dots = [](std::string_view text) { return std::count(text.begin(), text.end(), '.'); };
+  const bool client_dot = dots(name) > dots(entry.name);
+  if (client_dot && !entry.dotted) return GlobRefusal::dotted;
+  const auto host_end = entry.upstream.rfind(':');
+  if (name.find('.') != std::string_view::npos &&
+      entry.upstream.substr(0, host_end).find("{library}") != std::string::npos)
+    return GlobRefusal::chooses_host;
+  return GlobRefusal::none;
 }
 
 namespace {
@@ -293,10 +315,12 @@ class Loader {
   // (an error in the entry's own table; from [defaults], ignored, as for an upstream).
   void check_glob(const toml::table& table, std::string_view prefix, Library& library) {
     if (!library.is_glob()) {
-      if (const auto* node = table.get("deny"))
-        reader_.problem(node->source(), fmt::format("'{}.deny' applies only to a glob entry (a name with '*' or '?'); "
-                                                    "expected it removed, or a glob name",
-                                                    prefix));
+      // (dotted = false says what an exact entry does anyway.)
+      for (std::string_view key : {"deny", "dotted"})
+        if (const auto* node = table.get(key); node && (key == "deny" || library.dotted))
+          reader_.problem(node->source(), fmt::format("'{}.{}' applies only to a glob entry (a name with '*' or '?'); "
+                                                      "expected it removed, or a glob name",
+                                                      prefix, key));
       return;
     }
     auto names = [](const std::string& item) { return item.find("{library}") != std::string::npos; };
@@ -340,7 +364,7 @@ class Loader {
     if (name.empty() || !node) return;
     if (config.find_library(name)) return;
     for (const auto& library : config.libraries)
-      if (library.is_glob() && valid_import_name(name) && glob_match(library.name, name) && !denied(library, name))
+      if (library.is_glob() && glob_match(library.name, name) && glob_refusal(library, name) == GlobRefusal::none)
         return;
     std::string names;
     for (const auto& library : config.libraries) names += (names.empty() ? "" : ", ") + library.name;

@@ -65,8 +65,14 @@ struct Library {
   // process the gateway starts (command is set to run it); `upstream` stays empty, as a process serves it.
   std::string classic_upstream;
   Duration connect_timeout{std::chrono::seconds(10)};
+  // upstream = "http://...": the largest answer the bridge worker reads from the classic remote server.
+  std::uint64_t max_answer_bytes = 16u * 1024 * 1024;
   // Glob entries: names refused; none: kDefaultDeny.
   std::optional<std::vector<std::string>> deny;
+  // Glob entries: whether a name whose wildcard part holds a '.' is served. Off by default: Robot's importer
+  // takes "LabPower.os" as the attribute os of the module LabPower, so a dotted name reaches every module
+  // that a matching library imports.
+  bool dotted = false;
   // Set by concrete() on a glob entry, for one import: the name the client imported (name stays the
   // entry's, which names its pool and metrics), and whether the command depends on it.
   std::string imported;
@@ -126,8 +132,20 @@ bool valid_import_name(std::string_view name);
 // The names a glob entry refuses when its `deny` is not set: Robot Framework's standard libraries and the
 // top-level modules of Python's standard library.
 const std::vector<std::string>& default_deny();
-// Whether `library` (a glob entry) refuses `name`: the whole name or its first dotted part is in its deny list.
+// Whether `library` (a glob entry) refuses `name` by its deny list: the whole name, a dotted prefix of it or
+// any one of its dotted parts is in the list ("LabPower.os" is refused by "os").
 bool denied(const Library& library, std::string_view name);
+// Why a glob entry refuses a name that it matches; none: it serves it. The one rule for every place a client's
+// name meets a glob entry (the router, for JSON-RPC and classic clients alike, and the configuration check
+// of [classic] default_library).
+enum class GlobRefusal {
+  none,
+  not_a_name,    // not valid_import_name()
+  denied,        // denied()
+  dotted,        // a '.' where the entry's wildcards stand, and the entry is not `dotted = true`
+  chooses_host,  // a dotted name where the entry's upstream host is {library}: it would choose the domain
+};
+GlobRefusal glob_refusal(const Library& entry, std::string_view name);
 // A glob entry as it serves the imported `name`: `{library}` replaced by it in command items, env values,
 // upstream and upstream_name, and `imported` set. (In exact entries the loader replaced {library} already.)
 Library concrete(const Library& entry, std::string_view name);

@@ -723,9 +723,15 @@ const std::vector<Key<Library>>& library_keys() {
          .type = "array of strings",
          .default_text = "Robot Framework's standard libraries and Python's standard modules",
          .range = "library names; glob entries only",
-         .doc = "Names a glob entry refuses to import, matched against the whole name and its first dotted part "
-                "(`os` also refuses `os.path`). Setting it replaces the default list; `[]` refuses nothing.",
+         .doc = "Names a glob entry refuses to import, matched against the whole name, each dotted prefix and each "
+                "dotted part (`os` refuses `os.path` and `LabPower.os`). Setting it replaces the default list; `[]` "
+                "refuses nothing.",
          .load = load_deny},
+        boolean("dotted", &Library::dotted,
+                "Glob entries only. Whether the entry serves names with a `.` where its wildcards stand (`LabPower.Tools` for "
+                "`Lab*`). Off, such names are refused: Robot's importer reads `LabPower.os` as the attribute `os` "
+                "of the module `LabPower`, so with the reference server a dotted name reaches every module that a "
+                "matching library imports. On, each dotted part is also checked against `deny`."),
     };
     for (auto& key : more) keys.push_back(std::move(key));
     return keys;

@@ -43,27 +43,36 @@ Router::Route Router::resolve(std::string_view name) const {
     for (const auto& entry : libraries) {
       if (!entry.is_glob() || !config::glob_match(entry.name, name)) continue;
       // The name is chosen by the client and reaches a command line, an environment or an upstream: only
-      // what can be a library name passes.
-      // Client text in a message and a log line: printable, bounded.
+      // what the entry serves passes (config::glob_refusal is the rule). Client text in a message and a log
+      // line: printable, bounded.
       const auto shown = log::printable(name, 100);
-      if (!config::valid_import_name(name))
-        return {nullptr, false,
-                fmt::format("'{}' matches the route \"{}\" but is not a library name a route may import (at most {} "
-                            "letters, digits, '_' and '.'; each dotted part starts with a letter)",
-                            shown, entry.name, config::kMaxImportName)};
-      if (config::denied(entry, name))
-        return {nullptr, false,
-                fmt::format("'{}' matches the route \"{}\" but is in its deny list (Robot Framework's standard "
-                            "libraries and Python's standard modules, unless the entry's 'deny' says otherwise)",
-                            shown, entry.name)};
-      // A host name the client chooses may only be one label under the configured part: a dotted name would
-      // let it pick any host (its own domain, resolving to anything).
-      if (const auto host_end = entry.upstream.rfind(':');
-          name.find('.') != std::string_view::npos && entry.upstream.substr(0, host_end).find("{library}") != std::string::npos)
-        return {nullptr, false,
-                fmt::format("'{}' matches the route \"{}\", whose upstream host is the imported name, but a dotted "
-                            "name would choose the host's domain",
-                            shown, entry.name)};
+      switch (config::glob_refusal(entry, name)) {
+        case config::GlobRefusal::none:
+          break;
+        case config::GlobRefusal::not_a_name:
+          return {nullptr, false,
+                  fmt::format("'{}' matches the route \"{}\" but is not a library name a route may import (at most "
+                              "{} letters, digits, '_' and '.'; each dotted part starts with a letter)",
+                              shown, entry.name, config::kMaxImportName)};
+        case config::GlobRefusal::denied:
+          return {nullptr, false,
+                  fmt::format("'{}' matches the route \"{}\" but it, or one of its dotted parts, is in the entry's "
+                              "deny list (Robot Framework's standard libraries and Python's standard modules, unless "
+                              "the entry's 'deny' says otherwise)",
+                              shown, entry.name)};
+        case config::GlobRefusal::dotted:
+          return {nullptr, false,
+                  fmt::format("'{}' matches the route \"{}\" but is a dotted name, and the route serves plain names "
+                              "only: a dotted name imports a part of a library (an attribute or a module it "
+                              "imports), not a library of its own. Import the library by its plain name; an "
+                              "operator who wants dotted names served sets 'dotted = true' on the entry",
+                              shown, entry.name)};
+        case config::GlobRefusal::chooses_host:
+          return {nullptr, false,
+                  fmt::format("'{}' matches the route \"{}\", whose upstream host is the imported name, but a "
+                              "dotted name would choose the host's domain",
+                              shown, entry.name)};
+      }
       return {std::make_shared<const config::Library>(config::concrete(entry, name)), false, {}};
     }
   }

@@ -1,6 +1,7 @@
 // Library name -> configured route: an exact entry of that name, else the first glob entry that matches
-// (in file order) when the name is a valid library name and not in the entry's deny list. An empty name
-// means the first exact entry (never a glob). A reload
+// (in file order) when the entry serves the name (config::glob_refusal: a valid library name, nothing of it in
+// the entry's deny list, no dotted part unless the entry is `dotted = true`). An empty name means the first
+// exact entry (never a glob). JSON-RPC and classic clients alike resolve names here. A reload
 // replaces the table while sessions on every loop resolve names: each lookup takes the table under a
 // lock and keeps the configuration it came from alive as long as the route is held.
 #pragma once

@@ -805,6 +805,15 @@ TEST_F(GlobConfigTest, Settings) {
   RJG_EXPECT_ACCEPTED(check(fmt::format("[[library]]\nname = \"Lab*\"\ncommand = [{}, \"--name\", "
                                         "\"{{library}}\"]\ndeny = []\n",
                                         worker())));
+  // dotted: glob entries only.
+  RJG_EXPECT_REFUSED(check(fmt::format("[[library]]\nname = \"Lab\"\ncommand = [{}]\ndotted = true\n", worker())),
+                     "dotted");
+  // [classic] default_library is held to the same rule as a client's name.
+  const auto glob = fmt::format("[[library]]\nname = \"Lab*\"\ncommand = [{}, \"--name\", \"{{library}}\"]\n", worker());
+  const std::string classic = "[classic]\nlisten = [\"tcp://127.0.0.1:0\"]\n";
+  RJG_EXPECT_REFUSED(check(classic + "default_library = \"LabPower.os\"\n" + glob), "default_library");
+  RJG_EXPECT_REFUSED(check(classic + "default_library = \"LabPower.Tools\"\n" + glob), "default_library");
+  RJG_EXPECT_ACCEPTED(check(classic + "default_library = \"LabPower\"\n" + glob));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -829,10 +838,10 @@ TEST_F(GlobRouteTest, ImportedNameReachesCommandAndEnvironment) {
   EXPECT_EQ(logged_messages(c, token, 3), expected_logs(3));
 
   // Another name: another worker.
-  auto other = c.import_library("LabScope.Channel_2");
+  auto other = c.import_library("LabScope_Channel_2");
   RJG_ASSERT_OK(other);
   const std::string t2(other.result->as_object().at("token").as_string());
-  EXPECT_EQ(get_env(c, t2, "RJG_TEST_LIBRARY"), "LabScope.Channel_2");
+  EXPECT_EQ(get_env(c, t2, "RJG_TEST_LIBRARY"), "LabScope_Channel_2");
   EXPECT_NE(remember_pid(worker_pid(c, t2)), pid);
   RJG_EXPECT_OK(c.finalize_library(token));
   EXPECT_TRUE(wait_pid_gone(pid, 20s));
@@ -921,6 +930,55 @@ TEST_F(GlobRouteTest, DenyListRefusesTheNameAndItsSubmodules) {
   const std::string token(ok.result->as_object().at("token").as_string());
   EXPECT_EQ(get_env(c, token, "RJG_TEST_LIBRARY"), "LabSecretary");
   remember_pid(worker_pid(c, token));
+}
+
+// The red team's finding: with the reference server as worker, "LabPower.os" is the module os that LabPower
+// imports (Robot's importer takes the attribute), a library of 188 keywords that run commands. A glob entry
+// serves plain names only; with dotted = true every dotted part meets the deny list. Nothing starts for a
+// refused name.
+TEST_F(GlobRouteTest, DottedNamesAreRefusedUnlessTheEntryAllowsThem) {
+  start({glob_library("Lab*", "plain"), glob_library("Kit*", "dotted", "dotted = true\n"),
+         glob_library("Org.Dev*", "literal")});
+  RpcClient c = connect();
+  c.initialize();
+  // paramiko and requests are in no deny list: only the rule on dots keeps them out.
+  for (std::string name : {"LabPower.paramiko", "LabPower.requests", "LabPower.Tools", "LabPower.a.b"}) {
+    SCOPED_TRACE(name);
+    auto reply = c.import_library(name);
+    RJG_EXPECT_ERROR_CODE(reply, protocol::kUnknownLibrary);
+    EXPECT_TRUE(contains(reply.error_message(), "dotted = true")) << reply.error_message();
+    EXPECT_TRUE(contains(reply.error_message(), "\"Lab*\"")) << reply.error_message();
+  }
+  // The deny list speaks first where it names a part.
+  for (std::string name : {"LabPower.os", "LabPower.subprocess"}) {
+    SCOPED_TRACE(name);
+    auto reply = c.import_library(name);
+    RJG_EXPECT_ERROR_CODE(reply, protocol::kUnknownLibrary);
+    EXPECT_TRUE(contains(reply.error_message(), "deny list")) << reply.error_message();
+  }
+  // dotted = true: each dotted part is checked against the (default) deny list, wherever it stands.
+  for (std::string name : {"KitPower.os", "KitPower.subprocess", "KitPower.os.path", "KitPower.Tools.shutil"}) {
+    SCOPED_TRACE(name);
+    auto reply = c.import_library(name);
+    RJG_EXPECT_ERROR_CODE(reply, protocol::kUnknownLibrary);
+    EXPECT_TRUE(contains(reply.error_message(), "deny list")) << reply.error_message();
+  }
+  // Dots the glob itself holds are the operator's; one more is the client's.
+  auto extra = c.import_library("Org.DevBoard.os2");
+  RJG_EXPECT_ERROR_CODE(extra, protocol::kUnknownLibrary);
+  EXPECT_TRUE(contains(extra.error_message(), "dotted = true")) << extra.error_message();
+  EXPECT_EQ(count_of(gateway().log(), "started:"), 0u) << "a worker was started for a refused name";
+
+  for (auto [name, route] : {std::pair{"LabPower", "plain"}, {"KitPower.Tools", "dotted"}, {"Org.DevBoard", "literal"}}) {
+    SCOPED_TRACE(name);
+    auto ok = c.import_library(name);
+    RJG_ASSERT_OK(ok);
+    const std::string token(ok.result->as_object().at("token").as_string());
+    EXPECT_EQ(get_env(c, token, "RJG_TEST_LIBRARY"), name);
+    EXPECT_EQ(get_env(c, token, "RJG_TEST_ROUTE"), route);
+    remember_pid(worker_pid(c, token));
+  }
+  EXPECT_EQ(count_of(gateway().log(), "started:"), 3u) << gateway().log_tail();
 }
 
 // Without `deny`: Robot's standard libraries and Python's standard modules are refused.

@@ -1680,6 +1680,32 @@ command = ["worker", "--name", "{library}"]
   EXPECT_TRUE(rjg::config::denied(any, "Process"));
   EXPECT_TRUE(rjg::config::denied(any, "os.path"));
   EXPECT_FALSE(rjg::config::denied(any, "ProductLibrary"));
+  // Every dotted part and prefix meets the list: "Pro.os" is the module os that the library Pro imports.
+  EXPECT_TRUE(rjg::config::denied(any, "ProTool.os"));
+  EXPECT_TRUE(rjg::config::denied(any, "ProTool.Helpers.subprocess"));
+  EXPECT_FALSE(rjg::config::denied(any, "ProTool.Helpers"));
+  any.deny = std::vector<std::string>{"ProTool.Secret"};
+  EXPECT_TRUE(rjg::config::denied(any, "ProTool.Secret.Key"));
+  EXPECT_FALSE(rjg::config::denied(any, "ProTool.Public"));
+
+  using rjg::config::GlobRefusal;
+  using rjg::config::glob_refusal;
+  rjg::config::Library lab;
+  lab.name = "Lab*";
+  EXPECT_EQ(glob_refusal(lab, "LabPower"), GlobRefusal::none);
+  EXPECT_EQ(glob_refusal(lab, "LabPower.os"), GlobRefusal::denied);  // the deny list speaks first
+  EXPECT_EQ(glob_refusal(lab, "LabPower.Tools"), GlobRefusal::dotted);
+  EXPECT_EQ(glob_refusal(lab, "Lab-c"), GlobRefusal::not_a_name);
+  lab.dotted = true;
+  EXPECT_EQ(glob_refusal(lab, "LabPower.Tools"), GlobRefusal::none);
+  EXPECT_EQ(glob_refusal(lab, "LabPower.Tools.shutil"), GlobRefusal::denied);
+  lab.upstream = "tcp://{library}.lab:8270";
+  EXPECT_EQ(glob_refusal(lab, "LabPower.Tools"), GlobRefusal::chooses_host);
+  // Dots the pattern holds are the operator's.
+  rjg::config::Library org;
+  org.name = "Org.Lab*";
+  EXPECT_EQ(glob_refusal(org, "Org.LabPower"), GlobRefusal::none);
+  EXPECT_EQ(glob_refusal(org, "Org.LabPower.x"), GlobRefusal::dotted);
 }
 
 TEST_F(ConfigTest, GlobMistakesAreNamed) {
