@@ -19,6 +19,15 @@ inline std::string endpoint_text(const boost::asio::ip::tcp::endpoint& bound) {
   return fmt::format("tcp://{}:{}", bound.address().is_v6() ? "[" + address + "]" : address, bound.port());
 }
 
+// A client address as it is counted and shown: an IPv4-mapped IPv6 address (a dual-stack listener, or a
+// PROXY header's TCP6 ::ffff:10.1.2.3) is its IPv4 address, so that one client is one key for every
+// per-client limit, as it is one address for allow_from.
+inline std::string address_text(const boost::asio::ip::address& address) {
+  if (address.is_v6() && address.to_v6().is_v4_mapped())
+    return boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, address.to_v6()).to_string();
+  return address.to_string();
+}
+
 // Whether a peer may connect: `networks` empty allows every address; an IPv4-mapped IPv6 peer counts as
 // its IPv4 address (config::Network::contains_bytes).
 inline bool allowed(const std::vector<config::Network>& networks, const boost::asio::ip::address& address) {

@@ -79,13 +79,6 @@ constexpr auto kLingerAtMost = std::chrono::milliseconds(2s);
 constexpr std::size_t kPathShown = 200;
 
 
-// An IPv4-mapped IPv6 peer (a dual-stack listener) shows as its IPv4 address.
-std::string client_text(const asio::ip::address& address) {
-  if (address.is_v6() && address.to_v6().is_v4_mapped())
-    return asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6()).to_string();
-  return address.to_string();
-}
-
 
 bool too_large(const boost::system::error_code& ec) {
   return ec == http::error::header_limit || ec == http::error::body_limit || ec == http::error::buffer_overflow;
@@ -289,35 +282,70 @@ asio::awaitable<void> accept_loop(std::shared_ptr<State> state,
     }
     auto peer = socket.remote_endpoint(ec);
     if (ec) continue;  // already gone
-    const auto client = client_text(peer.address());
+    const auto client = address_text(peer.address());
     if (!allowed(state->allow_from, peer.address())) {
       // Nothing is said to an address that may not connect at all.
       log::warn("{}: refused a connection from {}: not in allow_from", state->name, client);
       socket.close(ec);
       continue;
     }
-    const auto most = state->limits.max_connections;
-    const auto most_per_client = state->limits.max_connections_per_client;
-    const bool full = most && state->open.size() >= most;
-    if (full || (most_per_client && state->per_client[client] >= most_per_client)) {
-      const auto why = full ? fmt::format("{} connections are open, the most allowed", most)
-                            : fmt::format("{} connections from this address are open, the most allowed", most_per_client);
+    const auto& limits = state->limits;
+    const auto most = limits.max_connections;
+    const auto most_per_client = limits.max_connections_per_client;
+    const bool full = most && state->open.size() - state->probe_room.size() >= most;
+    const auto it = state->per_client.find(client);
+    const std::size_t from_client = it == state->per_client.end() ? 0 : it->second;
+    // Over max_connections, a client may take room kept for probes, one connection per address: a probe
+    // then gets through whoever holds the rest, unless as many other addresses hold that room too.
+    const bool has_probe_room =
+        std::any_of(state->probe_room.begin(), state->probe_room.end(), [&](const auto& kept) { return kept.second == client; });
+    const bool for_probes = full && limits.probe_connections > 0 && !has_probe_room;
+    std::string why;
+    if (most_per_client && from_client >= most_per_client)
+      why = fmt::format("{} connections from this address are open, the most allowed", most_per_client);
+    else if (full && !for_probes)
+      why = limits.probe_connections > 0
+                ? fmt::format("{} connections are open, the most allowed, and this address already holds one of those "
+                              "kept for health probes",
+                              most)
+                : fmt::format("{} connections are open, the most allowed", most);
+    if (!why.empty()) {
       if (!state->said_full)
         log::warn("{}: refused a connection from {}: {}; closing new ones until one ends", state->name, client, why);
       else
         log::debug("{}: refused a connection from {}: {}", state->name, client, why);
       state->said_full = true;
-      if (state->per_client[client] == 0) state->per_client.erase(client);
       socket.close(ec);
       continue;
     }
-    state->said_full = false;
+    if (for_probes) {
+      if (!state->said_full)
+        log::warn("{}: {} connections are open, the most allowed; new ones are served one request of {} only, until "
+                  "one ends",
+                  state->name, most, fmt::join(limits.probe_paths, " or "));
+      state->said_full = true;
+      // All taken: the oldest has had its moment (a probe is answered right after it connects); the newest
+      // may be the probe that counts.
+      while (state->probe_room.size() >= limits.probe_connections) {
+        const auto [oldest, oldest_client] = *state->probe_room.begin();
+        log::debug("{}: closed the oldest connection kept for probes, from {}, to make room for one from {}",
+                   state->name, oldest_client, client);
+        if (auto held = state->open.find(oldest); held != state->open.end()) {
+          held->second->close();
+          state->open.erase(held);
+        }
+        state->probe_room.erase(state->probe_room.begin());
+      }
+    } else {
+      state->said_full = false;
+    }
     const auto number = state->next_connection++;
     auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
     state->open.emplace(number, stream);
+    if (for_probes) state->probe_room.emplace(number, client);
     ++state->per_client[client];
     auto name = fmt::format("{}:{}", client, peer.port());
-    asio::co_spawn(state->io, serve_connection(state, number, std::move(stream), client, name),
+    asio::co_spawn(state->io, serve_connection(state, number, std::move(stream), client, name, for_probes),
                    log_exceptions(state->name + " connection " + name));
   }
   std::erase(state->acceptors, acceptor);

@@ -110,19 +110,42 @@ Server::Listener Server::open_unix(const config::ListenAddress& address) {
       throw fail(fmt::format("unix_group '{}' does not exist on this host", gw.unix_group));
     }
   }
+  // Bound in a private directory (0700, made beside the path) where nobody else can reach the file, given its
+  // mode and group there, then linked into place: at the path there is never a file of the umask's mode, and
+  // no window between bind() and chmod() in which a writer of the directory could swap the file under us.
+  // (Short names: a socket's path has at most 107 bytes.)
+  const auto slash = path.rfind('/');
+  std::string private_dir =
+      (slash == std::string::npos ? std::string(".") : path.substr(0, slash == 0 ? 1 : slash)) + "/.rjg-XXXXXX";
+  if (!::mkdtemp(private_dir.data()))
+    throw fail(fmt::format("cannot make a private directory beside it ({}): the gateway needs to create files in "
+                           "the socket's directory",
+                           std::strerror(errno)));
+  const std::string staged = private_dir + "/s";
+  struct Cleanup {
+    const std::string& dir;
+    const std::string& file;
+    ~Cleanup() {
+      ::unlink(file.c_str());  // the path keeps the socket file's other link
+      ::rmdir(dir.c_str());
+    }
+  } cleanup{private_dir, staged};
   auto acceptor = std::make_shared<unix_socket::acceptor>(io_);
   boost::system::error_code ec;
   acceptor->open(unix_socket(), ec);
-  if (!ec) acceptor->bind(unix_socket::endpoint(path), ec);
+  if (!ec) acceptor->bind(unix_socket::endpoint(staged), ec);
   if (ec) throw fail(ec.message());
-  // Mode and group before listen(): until then a connect is refused, so nobody gets in under the umask's mode.
-  if (::chmod(path.c_str(), static_cast<mode_t>(gw.unix_mode)) != 0 ||
-      (group != static_cast<gid_t>(-1) && ::chown(path.c_str(), static_cast<uid_t>(-1), group) != 0)) {
-    const int err = errno;
-    ::unlink(path.c_str());
+  if (::chmod(staged.c_str(), static_cast<mode_t>(gw.unix_mode)) != 0 ||
+      (group != static_cast<gid_t>(-1) && ::chown(staged.c_str(), static_cast<uid_t>(-1), group) != 0)) {
     throw fail(fmt::format("cannot set the socket file's {} ({})", group != static_cast<gid_t>(-1) ? "mode or group" : "mode",
-                           std::strerror(err)));
+                           std::strerror(errno)));
   }
+  // Mode and group are set before listen() and before the file appears at the path, so a connect finds it
+  // only as it is meant. link(), not rename(): it never replaces a file that appeared there meanwhile.
+  if (::link(staged.c_str(), path.c_str()) != 0)
+    throw fail(errno == EEXIST ? std::string("a file appeared at the path while the gateway was binding; refusing to "
+                                             "replace it")
+                               : fmt::format("cannot put the socket file in place ({})", std::strerror(errno)));
   Listener listener{address.text, nullptr, acceptor, path, 0};
   if (::lstat(path.c_str(), &st) == 0) listener.inode = st.st_ino;
   acceptor->listen(asio::socket_base::max_listen_connections, ec);
@@ -344,7 +367,7 @@ asio::awaitable<void> Server::accept_loop(std::shared_ptr<tcp::acceptor> accepto
       asio::co_spawn(io_, admit_proxied(std::move(socket), peer, address), log_exceptions("proxied connection"));
       continue;
     }
-    admit_tcp(std::move(socket), peer.address(), fmt::format("{}:{}", peer.address().to_string(), peer.port()), address);
+    admit_tcp(std::move(socket), peer.address(), fmt::format("{}:{}", address_text(peer.address()), peer.port()), address);
   }
 }
 
@@ -368,13 +391,13 @@ asio::awaitable<void> Server::admit_proxied(tcp::socket socket, tcp::endpoint ba
   }
   const auto& client = *parsed.header.source;
   admit_tcp(std::move(socket), client.address(),
-            fmt::format("{}:{} via {}", client.address().to_string(), client.port(), balancer_text), address);
+            fmt::format("{}:{} via {}", address_text(client.address()), client.port(), balancer_text), address);
 }
 
 void Server::admit_tcp(tcp::socket socket, const asio::ip::address& client_address, std::string peer,
                        std::string address) {
   boost::system::error_code ec;
-  const auto client = client_address.to_string();
+  const auto client = address_text(client_address);
   // The limits in force when the connection arrives; the session keeps them (a reload applies to new ones).
   const auto config = context_.config();
   const auto& gw = config->gateway;

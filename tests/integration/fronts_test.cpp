@@ -5,11 +5,13 @@
 #include "tests/integration/gateway_test.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -637,6 +639,38 @@ TEST_F(UnixSocketTest, ServesASessionOnAFileOfTheConfiguredModeAndRemovesItAtExi
   std::error_code ec;
   EXPECT_FALSE(fs::exists(fs::symlink_status(socket_path(), ec))) << socket_path() << " is still there";
   for (pid_t pid : pids_) EXPECT_TRUE(wait_pid_gone(pid, 20s)) << "worker pid " << pid << " outlived the gateway";
+}
+
+// The socket file appears at its path with its final mode: it is bound and chmod'ed in a private directory and
+// linked into place, so at the path nothing changes after it appears (no IN_ATTRIB: a chmod there would be a
+// window in which a writer of the directory could swap the file), and the private directory is gone.
+TEST_F(UnixSocketTest, TheSocketFileAppearsWithItsModeAndNothingIsLeftBeside) {
+  const int watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  ASSERT_GE(watch, 0) << std::strerror(errno);
+  ASSERT_GE(::inotify_add_watch(watch, dir_.path().c_str(), IN_CREATE | IN_ATTRIB | IN_MOVED_TO), 0) << std::strerror(errno);
+  start(default_libraries(), unix_options("unix_mode = \"0660\""));
+  struct stat st{};
+  ASSERT_EQ(::lstat(socket_path().c_str(), &st), 0) << socket_path() << ": " << std::strerror(errno);
+  EXPECT_EQ(st.st_mode & 07777, 0660u) << std::oct << (st.st_mode & 07777);
+  std::vector<std::string> events;  // "CREATE gw.sock", "ATTRIB gw.sock", ...
+  alignas(inotify_event) char buffer[16 * 1024];
+  for (ssize_t n; (n = ::read(watch, buffer, sizeof buffer)) > 0;)
+    for (char* p = buffer; p < buffer + n;) {
+      const auto* e = reinterpret_cast<const inotify_event*>(p);
+      const std::string name = e->len ? e->name : "";
+      if (e->mask & IN_CREATE) events.push_back("CREATE " + name);
+      if (e->mask & IN_ATTRIB) events.push_back("ATTRIB " + name);
+      if (e->mask & IN_MOVED_TO) events.push_back("MOVED_TO " + name);
+      p += sizeof(inotify_event) + e->len;
+    }
+  ::close(watch);
+  const auto ours = std::count_if(events.begin(), events.end(), [](const std::string& e) { return e.ends_with(" gw.sock"); });
+  EXPECT_EQ(ours, 1) << fmt::format("{}", fmt::join(events, ", "));
+  EXPECT_NE(std::find(events.begin(), events.end(), "CREATE gw.sock"), events.end()) << fmt::format("{}", fmt::join(events, ", "));
+  for (const auto& entry : fs::directory_iterator(dir_.path()))
+    EXPECT_EQ(entry.path().filename(), "gw.sock") << "left beside the socket: " << entry.path();
+  auto peer = connect_peer();
+  EXPECT_TRUE(peer->initialize().contains("capabilities"));
 }
 
 // A socket file that nothing listens on (a gateway that did not exit cleanly) is replaced.

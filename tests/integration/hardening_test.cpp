@@ -1290,5 +1290,40 @@ TEST_F(PickleTest, DataOnlyRefusesAMaliciousImportArgument) {
   RJG_ASSERT_OK(ok);
 }
 
+// One client behind a balancer is one client, whichever family its PROXY header names: TCP6 ::ffff:10.20.9.9
+// is 10.20.9.9 for max_sessions_per_client, as it already was for allow_from. (Before, the key was the
+// address's text, and one client held 4 sessions of a cap of 2.)
+TEST(ProxyClientKeyTest, AnIpv4MappedSourceCountsAsItsIpv4Address) {
+  ::signal(SIGPIPE, SIG_IGN);
+  GatewayOptions options;
+  options.extra_gateway_toml = "proxy_protocol_from = [\"127.0.0.1/32\"]\nmax_sessions_per_client = 2\n";
+  GatewayProcess gateway({test_library("TestLibrary")}, options);
+  gateway.start();
+  auto proxied = [&](std::string_view header) {
+    RpcClient c = gateway.connect();
+    c.send_raw(header);
+    return c;
+  };
+  std::vector<RpcClient> open;
+  open.push_back(proxied("PROXY TCP4 10.20.9.9 127.0.0.1 40001 8271\r\n"));
+  open.push_back(proxied("PROXY TCP6 ::ffff:10.20.9.9 ::1 40002 8271\r\n"));
+  for (auto& c : open) EXPECT_FALSE(c.initialize().empty());
+  for (std::string_view header : {"PROXY TCP6 ::ffff:10.20.9.9 ::1 40003 8271\r\n",
+                                  "PROXY TCP4 10.20.9.9 127.0.0.1 40004 8271\r\n"}) {
+    SCOPED_TRACE(header);
+    RpcClient extra = proxied(header);
+    auto refused = extra.read_message(10s);
+    ASSERT_TRUE(refused.has_value()) << gateway.log_tail();
+    EXPECT_EQ(refused->error_code(), protocol::kAtCapacity);
+    EXPECT_TRUE(contains(refused->error_message(), "10.20.9.9")) << refused->error_message();
+    EXPECT_TRUE(contains(refused->error_message(), "max_sessions_per_client")) << refused->error_message();
+    EXPECT_TRUE(extra.wait_closed(10s));
+  }
+  // Another client behind the same balancer is not affected.
+  RpcClient other = proxied("PROXY TCP6 ::ffff:10.20.9.10 ::1 40005 8271\r\n");
+  EXPECT_FALSE(other.initialize().empty());
+  EXPECT_EQ(count_of(gateway.log(), "refused a connection from 10.20.9.9:"), 2u) << gateway.log_tail();
+}
+
 }  // namespace
 }  // namespace rjg::test
