@@ -510,7 +510,8 @@ const std::vector<Key<Gateway>>& gateway_keys() {
               "Most client connections at once; further ones are refused (closed)."),
       integer("max_sessions_per_client", &Gateway::max_sessions_per_client, {.zero = "no limit"},
               "Most connections at once from one source address (over a Unix socket: from one uid); further ones from it "
-              "are refused."),
+              "are refused. The imports the classic front (`[classic]`) holds for an address's calls count as its "
+              "sessions too: at the limit, its classic call that needs a new import gets a fault."),
       networks("allow_from", &Gateway::allow_from, "every address",
                "The client addresses allowed to connect over TCP; a connection from any other is closed without being "
                "served. Behind a load balancer that sends the PROXY protocol (`proxy_protocol_from`), the address in "
@@ -573,7 +574,8 @@ const std::vector<Key<Admin>>& admin_keys() {
        .load = load_listen<Admin>},
       networks("allow_from", &Admin::allow_from, "every address",
                "The addresses allowed to use the endpoint; a connection from any other is closed without an answer. "
-               "Independent of `[gateway] allow_from`."),
+               "Independent of `[gateway] allow_from`. Set it whenever `listen` is not loopback, to the hosts "
+               "that scrape and probe the endpoint: it has no authentication."),
   };
   return keys;
 }
@@ -587,7 +589,7 @@ const std::vector<Key<Classic>>& classic_keys() {
        .doc = "Addresses of the classic Remote front: XML-RPC over HTTP for Robot Framework's built-in `Remote` "
               "library (`Library  Remote  http://HOST:PORT/LIBRARY`). The forms of `[gateway] listen` but "
               "`unix:`; `[gateway]` `allow_from`, `max_sessions`, `max_sessions_per_client`, "
-              "`handshake_timeout` (to receive a request) and `max_message_bytes` apply to it.",
+              "`handshake_timeout` (to receive a request) and `max_message_bytes` (to a keyword's output) apply to it.",
        .missing = "the addresses of the classic front, such as listen = [\"tcp://127.0.0.1:8270\"]",
        .load = load_listen<Classic>},
       {.name = "default_library",

@@ -51,6 +51,24 @@ void counters(Family& family, std::string_view library, const Values& values, st
                   static_cast<double>(values[i].load(std::memory_order_relaxed)));
 }
 
+// What the admin endpoint takes, chosen so that no client can make a health probe fail: one address holds at
+// most 8 connections, a request line and headers must come within 2 s (a half-sent request holds a
+// connection no longer), and beyond the 64 connections 8 more are kept for /livez and /readyz, one per
+// address, so that a probe from elsewhere is answered whoever holds the 64. The README's "Operations"
+// says the same numbers.
+HttpLimits admin_limits() {
+  HttpLimits limits;
+  limits.max_request_bytes = 8 * 1024;
+  limits.request_timeout = 10s;
+  limits.header_timeout = 2s;
+  limits.max_connections = 64;
+  limits.max_connections_per_client = 8;
+  limits.max_requests_per_connection = 100;
+  limits.probe_connections = 8;
+  limits.probe_paths = {"/livez", "/readyz"};
+  return limits;
+}
+
 // The resident memory of a process, in bytes (/proc/PID/statm: pages); 0 if gone.
 std::uint64_t rss_of(pid_t pid) {
   std::ifstream statm(fmt::format("/proc/{}/statm", pid));
@@ -275,7 +293,7 @@ void Server::listen_admin(PassedSockets& passed) {
   if (config->admin.listen.empty()) return;
   heartbeat_ = std::make_unique<LoopHeartbeat>(io_, loops_);
   admin_ = std::make_unique<HttpServer>(
-      io_, [this](std::string_view path) { return admin_page(path); }, config->admin.allow_from);
+      io_, [this](std::string_view path) { return admin_page(path); }, config->admin.allow_from, admin_limits());
   const auto named = named_sockets();
   for (const auto& address : config->admin.listen)
     for (auto& listener : open_entry(address, &passed, named)) admin_->serve(listener.acceptor, listener.entry);

@@ -23,12 +23,14 @@
 #include <boost/beast/http/write.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <map>
 #include <unordered_map>
 #include <utility>
 
@@ -60,6 +62,9 @@ struct HttpState {
   // Every open connection, by number: stop() closes them.
   std::unordered_map<std::uint64_t, std::shared_ptr<beast::tcp_stream>> open;
   std::unordered_map<std::string, std::size_t> per_client;  // open connections per client address
+  // The connections of `open` taken beyond max_connections for probes (probe_connections): their client
+  // address, by number, so the oldest comes first.
+  std::map<std::uint64_t, std::string> probe_room;
   std::uint64_t next_connection = 0;
   // max_connections was reached and said so; said again only once it was below it in between.
   bool said_full = false;
@@ -121,14 +126,17 @@ asio::awaitable<bool> write_response(beast::tcp_stream& stream, http::response<h
   co_return !ec;
 }
 
-// Ends our side, reads and drops what the client still sends (bounded), then closes.
-asio::awaitable<void> close_gracefully(beast::tcp_stream& stream, std::chrono::milliseconds timeout) {
+// Ends our side, reads and drops what the client still sends (bounded), then closes. More than
+// kLingerBytes (a declared body: HttpLimits::too_large_answer) is waited for as long as a request may take.
+asio::awaitable<void> close_gracefully(beast::tcp_stream& stream, std::chrono::milliseconds timeout,
+                                       std::uint64_t linger_bytes = kLingerBytes) {
   boost::system::error_code ec;
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);
   if (!ec) {
-    stream.expires_after(std::min<std::chrono::milliseconds>(timeout, kLingerAtMost));
+    stream.expires_after(linger_bytes > kLingerBytes ? timeout
+                                                     : std::min<std::chrono::milliseconds>(timeout, kLingerAtMost));
     std::array<char, 4096> scratch;
-    for (std::size_t drained = 0; drained < kLingerBytes;) {
+    for (std::uint64_t drained = 0; drained < linger_bytes;) {
       auto [read_ec, n] = co_await stream.async_read_some(asio::buffer(scratch), asio::as_tuple(asio::use_awaitable));
       if (read_ec) break;
       drained += n;
@@ -139,14 +147,17 @@ asio::awaitable<void> close_gracefully(beast::tcp_stream& stream, std::chrono::m
 
 // One connection: requests read, answered and written in turn, until the client ends it, a limit or an
 // error does, or stop().
+// probe_only: a connection kept for probes (HttpLimits::probe_connections): one request, a probe path or 503.
 asio::awaitable<void> serve_connection(std::shared_ptr<State> state, std::uint64_t number,
-                                       std::shared_ptr<beast::tcp_stream> stream, std::string client, std::string peer) {
+                                       std::shared_ptr<beast::tcp_stream> stream, std::string client, std::string peer,
+                                       bool probe_only) {
   struct Forget {
     State& state;
     std::uint64_t number;
     std::string client;
     ~Forget() {
       state.open.erase(number);
+      state.probe_room.erase(number);
       if (auto it = state.per_client.find(client); it != state.per_client.end() && --it->second == 0)
         state.per_client.erase(it);
     }
@@ -156,19 +167,27 @@ asio::awaitable<void> serve_connection(std::shared_ptr<State> state, std::uint64
   const std::string_view allow = post ? "POST" : "GET, HEAD";
   const auto limits = state->limits;
   const std::size_t max = limits.max_request_bytes;
+  const auto header_timeout = limits.header_timeout.count() > 0 ? std::min(limits.header_timeout, limits.request_timeout)
+                                                                : limits.request_timeout;
+  // A probe's connection is done in a moment; it gets no longer than a header for anything.
+  const auto request_timeout = probe_only ? header_timeout : limits.request_timeout;
   beast::flat_buffer buffer(max);
   for (std::size_t served = 0;;) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(max, std::numeric_limits<std::uint32_t>::max())));
     parser.body_limit(max);
-    stream->expires_after(limits.request_timeout);
+    // Both deadlines count from here: trickling bytes does not move them.
+    const auto waiting_since = std::chrono::steady_clock::now();
+    stream->expires_at(waiting_since + header_timeout);
     auto [ec, header_bytes] =
         co_await http::async_read_header(*stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
+    const bool header_late = ec == beast::error::timeout;
     // The whole request within max_request_bytes: the body gets what the header left. (Beast applies
     // header_limit to the request line and to the fields each, so the header is counted here too.)
     std::size_t total = header_bytes;
     if (!ec && header_bytes > max) ec = http::error::header_limit;
     if (!ec && !parser.is_done()) {
+      stream->expires_at(waiting_since + request_timeout);
       const std::size_t left = max - std::min(max, header_bytes);
       if (auto length = parser.content_length(); length && *length > left) {
         ec = http::error::body_limit;
@@ -184,9 +203,12 @@ asio::awaitable<void> serve_connection(std::shared_ptr<State> state, std::uint64
     }
     if (state->stopped) co_return;
     if (ec) {
-      if (ec == beast::error::timeout) {
+      if (header_late) {
+        log::debug("{}: closed the connection from {}: no request line and headers within {} ms", name, peer,
+                   header_timeout.count());
+      } else if (ec == beast::error::timeout) {
         log::debug("{}: closed the connection from {}: no whole request within {} ms", name, peer,
-                   limits.request_timeout.count());
+                   request_timeout.count());
       } else if (ec == http::error::end_of_stream) {
         // The client closed between requests: the usual end.
       } else if (ec == http::error::partial_message) {
@@ -195,13 +217,16 @@ asio::awaitable<void> serve_connection(std::shared_ptr<State> state, std::uint64
         // Said once, then closed: what follows cannot be told apart from the rest of this request.
         const bool large = too_large(ec);
         log::debug("{}: {} from {}: {}", name, large ? "413 request too large" : "400 bad request", peer, ec.message());
-        auto answer = large ? text(413, fmt::format("Request too large: at most {} bytes (request line, headers and "
-                                                    "body).\n",
-                                                    max))
-                            : text(400, fmt::format("Bad request: {}.\n", ec.message()));
-        if (co_await write_response(*stream, make_response(answer, 11, true, allow), false, limits.request_timeout) &&
+        auto answer = large && limits.too_large_answer ? *limits.too_large_answer
+                      : large ? text(413, fmt::format("Request too large: at most {} bytes (request line, headers and "
+                                                      "body).\n",
+                                                      max))
+                              : text(400, fmt::format("Bad request: {}.\n", ec.message()));
+        const auto declared = parser.content_length();
+        const std::uint64_t linger = large && limits.too_large_answer && declared ? *declared : kLingerBytes;
+        if (co_await write_response(*stream, make_response(answer, 11, true, allow), false, request_timeout) &&
             !state->stopped)
-          co_await close_gracefully(*stream, limits.request_timeout);
+          co_await close_gracefully(*stream, request_timeout, linger);
       } else {
         log::debug("{}: the connection from {} failed: {}", name, peer, ec.message());
       }
@@ -211,14 +236,19 @@ asio::awaitable<void> serve_connection(std::shared_ptr<State> state, std::uint64
 
     auto& req = parser.get();
     ++served;
-    const bool last = !req.keep_alive() ||
+    const bool last = probe_only || !req.keep_alive() ||
                       (limits.max_requests_per_connection && served >= limits.max_requests_per_connection);
     const std::string_view target(req.target().data(), req.target().size());
     const std::string_view path = target.substr(0, target.find('?'));
     const std::string_view method(req.method_string().data(), req.method_string().size());
     const bool head = !post && req.method() == http::verb::head;
     HttpResponse answer;
-    if (post ? req.method() != http::verb::post : req.method() != http::verb::get && !head) {
+    if (probe_only && std::find(limits.probe_paths.begin(), limits.probe_paths.end(), path) == limits.probe_paths.end()) {
+      answer = text(503, fmt::format("Service unavailable: {} connections are open, the most this endpoint takes "
+                                     "(max_connections); only {} are answered until one of them closes. Try "
+                                     "again in a moment.\n",
+                                     limits.max_connections, fmt::join(limits.probe_paths, " and ")));
+    } else if (post ? req.method() != http::verb::post : req.method() != http::verb::get && !head) {
       answer = text(405, fmt::format("Method {} is not allowed here; use {}.\n", log::printable(method, 20),
                                      post ? "POST" : "GET or HEAD"));
     } else {
@@ -228,7 +258,7 @@ asio::awaitable<void> serve_connection(std::shared_ptr<State> state, std::uint64
         if (post) {
           // A named request, not a temporary in the co_await expression: GCC 12 destroys such temporaries
           // twice when the coroutine suspends inside the expression.
-          HttpRequest request{path, std::move(req.body()), peer};
+          HttpRequest request{path, std::move(req.body()), peer, client};
           auto answering = state->service(std::move(request));
           found = co_await std::move(answering);
         } else
@@ -252,17 +282,17 @@ asio::awaitable<void> serve_connection(std::shared_ptr<State> state, std::uint64
         answer = std::move(*found);
       }
     }
-    log::debug("{}: {} {} {} from {}: {}", name, method, log::printable(path, kPathShown),
-               req.version() == 10 ? "HTTP/1.0" : "HTTP/1.1", peer, answer.status);
+    log::debug("{}: {} {} {} from {}{}: {}", name, method, log::printable(path, kPathShown),
+               req.version() == 10 ? "HTTP/1.0" : "HTTP/1.1", peer, probe_only ? " (kept for probes)" : "",
+               answer.status);
     if (state->stopped ||
-        !co_await write_response(*stream, make_response(answer, req.version(), last, allow), head,
-                                 limits.request_timeout) ||
+        !co_await write_response(*stream, make_response(answer, req.version(), last, allow), head, request_timeout) ||
         state->stopped) {
       stream->close();
       co_return;
     }
     if (last) {
-      co_await close_gracefully(*stream, limits.request_timeout);
+      co_await close_gracefully(*stream, request_timeout);
       co_return;
     }
   }
@@ -387,6 +417,7 @@ void HttpServer::stop() {
   // Each connection's coroutine ends on its own once its operation is aborted; none calls the handler again.
   auto open = std::move(state_->open);
   state_->open.clear();
+  state_->probe_room.clear();
   for (auto& [number, stream] : open) stream->close();
 }
 

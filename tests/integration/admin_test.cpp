@@ -1,6 +1,8 @@
 // The admin endpoint with the real gateway: /metrics in Prometheus' own checker and counting exactly
 // what the test did; /readyz turning 503 at the start of a drain while sessions still finish; /status;
-// what is not a page.
+// what is not a page; probes answered while other addresses hold the endpoint with half-sent requests.
+// Clients take distinct addresses by binding their sockets to 127.0.0.2, 127.0.1.1, ... (Linux routes all of
+// 127.0.0.0/8 to the loopback interface).
 #include "tests/integration/gateway_test.hpp"
 
 #include <boost/json/parse.hpp>
@@ -9,11 +11,16 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/ip.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <regex>
+#include <thread>
 
 namespace rjg::test {
 namespace {
@@ -24,20 +31,42 @@ struct HttpAnswer {
   std::string body;
 };
 
-// One request on a connection of its own (Connection: close), read to the end; bounded by SO_RCVTIMEO.
-HttpAnswer http(std::uint16_t port, std::string_view method, std::string_view path) {
+// A TCP socket connected to 127.0.0.1:port from `source` (a loopback address; nullptr: the kernel's
+// choice, 127.0.0.1); -1 when connecting failed.
+int connect_from(std::uint16_t port, const char* source) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::runtime_error("socket");
   timeval tv{20, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (source) {
+    // The port is chosen at connect(), so thousands of connections from one address do not run out of
+    // ports that bind() alone would have to keep apart.
+    const int on = 1;
+    ::setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on);
+    sockaddr_in own{};
+    own.sin_family = AF_INET;
+    if (::inet_pton(AF_INET, source, &own.sin_addr) != 1 || ::bind(fd, reinterpret_cast<sockaddr*>(&own), sizeof own) != 0) {
+      ::close(fd);
+      throw std::runtime_error(fmt::format("cannot bind a client socket to {}: {}", source, std::strerror(errno)));
+    }
+  }
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(port);
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    const int failed = errno;
     ::close(fd);
-    throw std::runtime_error(fmt::format("connect to the admin port {}: {}", port, std::strerror(errno)));
+    errno = failed;
+    return -1;
   }
+  return fd;
+}
+
+// One request on a connection of its own (Connection: close), read to the end; bounded by SO_RCVTIMEO.
+HttpAnswer http(std::uint16_t port, std::string_view method, std::string_view path, const char* source = nullptr) {
+  const int fd = connect_from(port, source);
+  if (fd < 0) throw std::runtime_error(fmt::format("connect to the admin port {}: {}", port, std::strerror(errno)));
   const auto request = fmt::format("{} {} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", method, path);
   if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
     ::close(fd);
@@ -55,6 +84,86 @@ HttpAnswer http(std::uint16_t port, std::string_view method, std::string_view pa
   answer.body = text.substr(end + 4);
   return answer;
 }
+
+// Requests from `source` that got an answer with one of `statuses`; a connection closed without one, or
+// refused, counts as a failure.
+bool answered(std::uint16_t port, std::string_view path, const char* source, std::initializer_list<int> statuses) {
+  try {
+    const auto status = http(port, "GET", path, source).status;
+    return std::find(statuses.begin(), statuses.end(), status) != statuses.end();
+  } catch (const std::runtime_error&) {
+    return false;
+  }
+}
+
+// The red-team round's reproducer: connections to the admin port from each of `sources`, `per_source` of
+// them, each holding half a request and never finishing it; a thread opens a new one whenever the gateway
+// closes one (at a timeout, or at once when it refuses it). The first round is open when the constructor
+// returns, so the gateway accepts all of it before any later connection.
+class HalfSentFlood {
+ public:
+  HalfSentFlood(std::uint16_t port, std::vector<std::string> sources, std::size_t per_source) : port_(port) {
+    for (const auto& source : sources)
+      for (std::size_t i = 0; i < per_source; ++i) slots_.push_back({open(source), source});
+    thread_ = std::thread([this] { run(); });
+  }
+  HalfSentFlood(const HalfSentFlood&) = delete;
+  HalfSentFlood& operator=(const HalfSentFlood&) = delete;
+  ~HalfSentFlood() {
+    stop_ = true;
+    thread_.join();
+    for (auto& slot : slots_)
+      if (slot.fd >= 0) ::close(slot.fd);
+  }
+  // Connections opened so far, the first round included.
+  std::size_t opened() const { return opened_.load(); }
+
+ private:
+  struct Slot {
+    int fd;
+    std::string source;
+  };
+
+  int open(const std::string& source) {
+    const int fd = connect_from(port_, source.c_str());
+    if (fd < 0) return -1;
+    ++opened_;
+    constexpr std::string_view half = "GET /readyz HTTP/1.1\r\nHost: gateway\r\nX-Never-Ends: ";
+    ::send(fd, half.data(), half.size(), MSG_NOSIGNAL);
+    return fd;
+  }
+
+  void run() {
+    while (!stop_) {
+      std::vector<pollfd> polled;
+      for (const auto& slot : slots_) polled.push_back({slot.fd, POLLIN, 0});  // fd -1: ignored by poll
+      ::poll(polled.data(), polled.size(), 50);
+      bool reopened = false;
+      for (std::size_t i = 0; i < slots_.size(); ++i) {
+        auto& slot = slots_[i];
+        if (slot.fd >= 0 && (polled[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+          char scratch[512];
+          if (::recv(slot.fd, scratch, sizeof scratch, MSG_DONTWAIT) > 0) continue;  // never expected
+          ::close(slot.fd);
+          slot.fd = -1;
+        }
+        if (slot.fd < 0) {
+          slot.fd = open(slot.source);
+          reopened = true;
+        }
+      }
+      // A refused connection comes back at once: a pause keeps the flood from taking the test machine's
+      // cores from the gateway (it still opens hundreds of connections a second).
+      if (reopened) std::this_thread::sleep_for(50ms);
+    }
+  }
+
+  std::uint16_t port_;
+  std::vector<Slot> slots_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::size_t> opened_{0};
+  std::thread thread_;
+};
 
 // The value of one sample, by its name and labels exactly as written; -1 when absent.
 double sample(const std::string& metrics, const std::string& series) {
@@ -87,14 +196,14 @@ TEST_F(AdminTest, MetricsPassPromtoolAndCountWhatHappened) {
     auto failed = c.run_keyword(token, "Fail", json::array{"on purpose"});
     ASSERT_NE(failed.keyword_error(), nullptr) << describe(failed);
     auto crashed = c.run_keyword(token, "Crash");  // abort(): a crash of its own
-    ASSERT_FALSE(crashed.ok() && !crashed.keyword_error()) << describe(crashed);
+    RJG_ASSERT_KEYWORD_FAILURE(crashed, protocol::kWorkerFailed);
     const auto again = open_library(c, "TestLibrary");
     auto killed = c.run_keyword(again, "Crash", json::array{"sigkill"});  // as the OOM killer would
-    ASSERT_FALSE(killed.ok() && !killed.keyword_error()) << describe(killed);
+    RJG_ASSERT_KEYWORD_FAILURE(killed, protocol::kWorkerFailed);
     EXPECT_FALSE(c.import_library("Failing").ok());
     const auto s = open_library(c, "Slow");
     auto overran = c.run_keyword(s, "Sleep", json::array{5});
-    ASSERT_EQ(overran.error_code(), protocol::kWorkerTimeout) << describe(overran);
+    RJG_ASSERT_KEYWORD_FAILURE(overran, protocol::kWorkerTimeout);
     c.exit();
   }
   // Counted once the sessions are gone and their workers have exited.
@@ -227,6 +336,51 @@ TEST_F(AdminTest, StatusShowsSessionsAndWorkersAndOtherPathsAre404Or405) {
   auto head = http(admin_port_, "HEAD", "/status");
   EXPECT_EQ(head.status, 200);
   EXPECT_EQ(head.body, "");
+}
+
+// The red-team finding: one address held the endpoint's 64 connections with half-sent requests (opening
+// new ones as they timed out) and every /readyz probe from another address failed. Now one address holds
+// at most 8, and the probes from elsewhere all get through.
+TEST_F(AdminTest, OneAddressHoldingHalfSentRequestsCannotFailAProbe) {
+  GatewayOptions options;
+  options.log_level = "info";  // not a line for each of the flood's connections
+  start_with_admin(default_libraries(), options);
+  HalfSentFlood flood(admin_port_, {"127.0.0.1"}, 64);
+  // The flood keeps coming back while the probes run, for longer than a header timeout (2 s).
+  int ok = 0;
+  constexpr int kProbes = 32;
+  for (int i = 0; i < kProbes; ++i) {
+    ok += answered(admin_port_, i % 2 ? "/livez" : "/readyz", "127.0.0.2", {200}) ? 1 : 0;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(ok, kProbes) << "probes from 127.0.0.2 failed while 127.0.0.1 held half-sent requests";
+  EXPECT_GT(flood.opened(), 64u) << "the flood never had a connection closed or refused";
+  EXPECT_TRUE(log_eventually(
+      "admin: refused a connection from 127.0.0.1: 8 connections from this address are open, the most allowed"));
+}
+
+// The same from many addresses: eight of them, eight connections each, hold every one of the 64 ordinary
+// connections, and keep them with a new half-sent request whenever one times out. Probes from another
+// address are answered on the room kept for them, and any other page there is told to wait (503), never
+// left without an answer.
+TEST_F(AdminTest, ManyAddressesHoldingEveryConnectionCannotFailAProbe) {
+  GatewayOptions options;
+  options.log_level = "info";
+  start_with_admin(default_libraries(), options);
+  std::vector<std::string> sources;
+  for (int i = 1; i <= 8; ++i) sources.push_back(fmt::format("127.0.1.{}", i));
+  HalfSentFlood flood(admin_port_, sources, 8);
+  int probes_ok = 0, others_answered = 0;
+  constexpr int kProbes = 32;
+  for (int i = 0; i < kProbes; ++i) {
+    probes_ok += answered(admin_port_, i % 2 ? "/livez" : "/readyz", "127.0.0.2", {200}) ? 1 : 0;
+    others_answered += answered(admin_port_, "/metrics", "127.0.0.3", {200, 503}) ? 1 : 0;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(probes_ok, kProbes) << "probes from 127.0.0.2 failed while 8 addresses held every connection";
+  EXPECT_EQ(others_answered, kProbes) << "a page from 127.0.0.3 was left without an answer";
+  EXPECT_TRUE(log_eventually("admin: 64 connections are open, the most allowed; new ones are served one request "
+                             "of /livez or /readyz only"));
 }
 
 }  // namespace

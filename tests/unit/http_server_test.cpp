@@ -1,8 +1,8 @@
 // The admin HTTP server over real loopback sockets: the server runs on an io_context in a thread of its
 // own, the test speaks HTTP through blocking POSIX sockets (every read bounded: 10 s). Pages, HEAD, the
 // query string, 404/405/500, the size limit (413, then closed), malformed requests (400, then closed),
-// keep-alive and its limit, HTTP/1.0, allow_from (closed without a word), the request timeout, the limit on
-// connections, and stop().
+// keep-alive and its limit, HTTP/1.0, allow_from (closed without a word), the request and header timeouts,
+// the limits on connections (at once and per address), the room kept for health probes, and stop().
 #include "gateway/http_server.hpp"
 
 #include "config/network.hpp"
@@ -50,14 +50,23 @@ using tcp = asio::ip::tcp;
 constexpr auto kBound = 10s;  // every wait in this file ends by then
 
 // A blocking client socket: connected to 127.0.0.1:port (or -1), every read and write bounded by kBound.
+// `source`: the client's own address, another loopback one ("127.0.0.2") to be another client (Linux routes
+// all of 127.0.0.0/8 to the loopback interface).
 class Client {
  public:
-  explicit Client(unsigned short port) {
+  explicit Client(unsigned short port, const char* source = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd_ < 0) throw std::runtime_error("socket failed");
     timeval tv{static_cast<time_t>(kBound.count()), 0};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (source) {
+      sockaddr_in own{};
+      own.sin_family = AF_INET;
+      if (::inet_pton(AF_INET, source, &own.sin_addr) != 1 ||
+          ::bind(fd_, reinterpret_cast<sockaddr*>(&own), sizeof own) != 0)
+        throw std::runtime_error(fmt::format("cannot bind a client socket to {}: {}", source, std::strerror(errno)));
+    }
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_port = htons(port);
@@ -163,6 +172,13 @@ class Client {
 
   // Bytes received and not yet taken by read_response.
   const std::string& pending() const { return pending_; }
+
+  // Without waiting: whether the server has ended the connection (an end of stream or a reset).
+  bool closed_by_server() const {
+    char byte;
+    const ssize_t n = ::recv(fd_, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+  }
 
  private:
   int fd_ = -1;
@@ -690,6 +706,221 @@ TEST_F(AdminHttp, DestroyingTheServerClosesEverything) {
   EXPECT_EQ(idle.end(), Client::End::eof);
   Client late(port_);
   EXPECT_FALSE(late.connected());
+}
+
+// ---- What keeps a health probe answered whatever other clients do ----
+
+// The start of a request that is never finished: what a slowloris client holds connections with.
+constexpr std::string_view kHalfARequest = "GET /livez HTTP/1.1\r\nHost: adm";
+
+// One address holds at most max_connections_per_client connections; another is served meanwhile, and the
+// first gets room again once one of its own ends.
+TEST_F(AdminHttp, OneAddressHoldsAtMostMaxConnectionsPerClient) {
+  HttpLimits limits;
+  limits.max_connections_per_client = 2;
+  start(limits);
+  auto a = std::make_unique<Client>(port_);
+  Client b(port_);
+  a->send(kHalfARequest);
+  b.send(kHalfARequest);
+  ASSERT_TRUE(wait_for_connections(2));
+  {
+    Client third(port_);
+    ASSERT_TRUE(third.connected());  // the kernel completes the handshake; the server closes it
+    EXPECT_EQ(third.read_to_end(), "");
+    EXPECT_EQ(third.end(), Client::End::eof);
+  }
+  Client other(port_, "127.0.0.2");
+  other.send(get("/livez"));
+  auto r = other.read_response();
+  ASSERT_TRUE(r) << "another address was refused";
+  EXPECT_EQ(r->status, 200u);
+  EXPECT_EQ(r->header("connection"), "<none>");  // an ordinary connection: kept alive
+  a.reset();
+  ASSERT_TRUE(wait_for_connections(2));
+  Client again(port_);
+  again.send(get("/livez"));
+  auto ra = again.read_response();
+  ASSERT_TRUE(ra) << "no room again for the address once one of its connections ended";
+  EXPECT_EQ(ra->status, 200u);
+}
+
+// Through a dual-stack listener 127.0.0.1 is ::ffff:127.0.0.1: the same client as on an IPv4 listener.
+TEST_F(AdminHttp, AnIpv4MappedPeerCountsAsItsIpv4AddressForThePerClientLimit) {
+  auto dual = std::make_shared<tcp::acceptor>(io_);
+  boost::system::error_code ec;
+  dual->open(tcp::v6(), ec);
+  if (!ec) dual->set_option(asio::ip::v6_only(false), ec);
+  if (!ec) dual->bind(tcp::endpoint(asio::ip::address_v6::any(), 0), ec);
+  if (!ec) dual->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) GTEST_SKIP() << "no dual-stack IPv6 socket here: " << ec.message();
+  HttpLimits limits;
+  limits.max_connections_per_client = 1;
+  start(limits);
+  const auto dual_port = dual->local_endpoint().port();
+  on_loop([&] { server_->serve(dual, "tcp://[::]:0"); });
+  Client v4(port_);
+  v4.send(kHalfARequest);
+  ASSERT_TRUE(wait_for_connections(1));
+  {
+    Client mapped(dual_port);
+    ASSERT_TRUE(mapped.connected());
+    EXPECT_EQ(mapped.read_to_end(), "") << "::ffff:127.0.0.1 was counted apart from 127.0.0.1";
+    EXPECT_EQ(mapped.end(), Client::End::eof);
+  }
+  Client other(dual_port, "127.0.0.2");
+  other.send(get("/livez"));
+  auto r = other.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200u);
+}
+
+// The request line and headers must all be in within header_timeout, however the bytes trickle; the body,
+// once they are, has request_timeout; and an idle keep-alive connection waits header_timeout.
+TEST_F(AdminHttp, TheRequestLineAndHeadersMustArriveWithinTheHeaderTimeout) {
+  HttpLimits limits;
+  limits.header_timeout = 200ms;
+  limits.request_timeout = 60s;  // beyond every wait of this test (kBound): only header_timeout can close
+  start(limits);
+  {
+    Client c(port_);
+    c.send(kHalfARequest);
+    EXPECT_EQ(c.read_to_end(), "");
+    EXPECT_EQ(c.end(), Client::End::eof) << "half a header was not closed within " << kBound.count() << " s";
+  }
+  {
+    // A byte every 20 ms: each in time for a timer that restarted on every read, the whole never.
+    Client c(port_);
+    c.send("GET /livez HTTP/1.1\r\nHost: admin\r\nX-Slow: ");
+    std::size_t sent = 0;
+    for (; sent < 500; ++sent) {  // 500 x 20 ms: kBound
+      std::this_thread::sleep_for(20ms);
+      if (c.closed_by_server()) break;
+      try {
+        c.send("a");
+      } catch (const std::runtime_error&) {
+        break;  // closed between the look and the send
+      }
+    }
+    EXPECT_LT(sent, 500u) << "a header trickled for " << kBound.count() << " s was still being read";
+  }
+  EXPECT_TRUE(paths_seen().empty());
+  {
+    Client c(port_);
+    c.send("GET /livez HTTP/1.1\r\nHost: admin\r\nContent-Length: 4\r\n\r\n");
+    std::this_thread::sleep_for(600ms);  // three header timeouts: the body is not a header
+    c.send("body");
+    auto r = c.read_response();
+    ASSERT_TRUE(r) << "the body was held to header_timeout";
+    EXPECT_EQ(r->status, 200u);
+    EXPECT_EQ(r->header("connection"), "<none>");
+    EXPECT_EQ(c.read_to_end(), "");
+    EXPECT_EQ(c.end(), Client::End::eof) << "an idle keep-alive connection waited longer than header_timeout";
+  }
+}
+
+// The finding, in small: one address holds every connection with half-sent requests and tries for
+// more; a probe from another address is still answered, on room kept for probes, and nothing else is.
+TEST_F(AdminHttp, ProbesGetThroughWhenOneAddressHoldsEveryConnection) {
+  HttpLimits limits;
+  limits.max_connections = 3;  // and no per-client limit: one address may take them all
+  limits.probe_connections = 2;
+  limits.probe_paths = {"/livez", "/readyz"};
+  start(limits);
+  std::vector<std::unique_ptr<Client>> held;
+  for (std::size_t i = 1; i <= 4; ++i) {
+    held.push_back(std::make_unique<Client>(port_));
+    held.back()->send(kHalfARequest);
+    ASSERT_TRUE(wait_for_connections(i));  // the fourth: one of the two kept for probes
+  }
+  for (int i = 0; i < 3; ++i) {
+    Client more(port_);
+    EXPECT_EQ(more.read_to_end(), "") << "the address got a second connection kept for probes";
+    EXPECT_EQ(more.end(), Client::End::eof);
+  }
+  {
+    Client probe(port_, "127.0.0.2");
+    probe.send(get("/livez"));
+    auto r = probe.read_response();
+    ASSERT_TRUE(r) << "the probe was refused";
+    EXPECT_EQ(r->status, 200u);
+    EXPECT_EQ(r->body, "ok\n");
+    EXPECT_EQ(r->header("connection"), "close");  // one request on room kept for probes
+    expect_common_headers(*r);
+    EXPECT_EQ(probe.read_to_end(), "");
+    EXPECT_EQ(probe.end(), Client::End::eof);
+  }
+  ASSERT_TRUE(wait_for_connections(4));
+  {
+    // What the page says, as ever (here 503 with its JSON), and HEAD too.
+    Client probe(port_, "127.0.0.2");
+    probe.send(get("/readyz?verbose", "HTTP/1.1", "HEAD"));
+    auto r = probe.read_response(/*head=*/true);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 503u);
+    EXPECT_EQ(r->header("content-type"), "application/json");
+    EXPECT_EQ(r->header("connection"), "close");
+  }
+  ASSERT_TRUE(wait_for_connections(4));
+  {
+    Client other(port_, "127.0.0.3");
+    other.send(get("/metrics"));
+    auto r = other.read_response();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status_line, "HTTP/1.1 503 Service Unavailable");
+    EXPECT_EQ(r->header("connection"), "close");
+    EXPECT_NE(r->body.find("3 connections are open"), std::string::npos) << r->body;
+    EXPECT_NE(r->body.find("max_connections"), std::string::npos) << r->body;
+    EXPECT_NE(r->body.find("/livez and /readyz"), std::string::npos) << r->body;
+    expect_common_headers(*r);
+  }
+  EXPECT_EQ(paths_seen(), (std::vector<std::string>{"/livez", "/readyz"}));
+  // Once the holder lets go, every page is served again, on ordinary connections.
+  held.clear();
+  ASSERT_TRUE(wait_for_connections(0));
+  Client after(port_, "127.0.0.3");
+  after.send(get("/metrics"));
+  auto r = after.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200u);
+  EXPECT_EQ(r->header("connection"), "<none>");
+}
+
+// Addresses enough to take the room kept for probes too: each newcomer closes the oldest of it, so a
+// probe is answered as it comes, while the connection it replaced had its chance.
+TEST_F(AdminHttp, WhenTheRoomKeptForProbesIsTakenItsOldestMakesWay) {
+  HttpLimits limits;
+  limits.max_connections = 1;
+  limits.probe_connections = 2;
+  limits.probe_paths = {"/livez"};
+  start(limits);
+  Client holder(port_);
+  holder.send(kHalfARequest);
+  ASSERT_TRUE(wait_for_connections(1));
+  Client oldest(port_, "127.0.0.2");
+  oldest.send(kHalfARequest);
+  ASSERT_TRUE(wait_for_connections(2));
+  Client newer(port_, "127.0.0.3");
+  newer.send(kHalfARequest);
+  ASSERT_TRUE(wait_for_connections(3));
+  Client probe(port_, "127.0.0.4");
+  probe.send(get("/livez"));
+  auto r = probe.read_response();
+  ASSERT_TRUE(r) << "the probe was refused";
+  EXPECT_EQ(r->status, 200u);
+  EXPECT_EQ(oldest.read_to_end(), "");
+  EXPECT_NE(oldest.end(), Client::End::timeout) << "the oldest connection kept for probes was not closed";
+  newer.send("in\r\n\r\n");  // Host: admin
+  auto rn = newer.read_response();
+  ASSERT_TRUE(rn) << "the newer connection kept for probes was closed too";
+  EXPECT_EQ(rn->status, 200u);
+  EXPECT_EQ(rn->header("connection"), "close");
+  // The ordinary connection was never disturbed.
+  holder.send("in\r\n\r\n");
+  auto rh = holder.read_response();
+  ASSERT_TRUE(rh);
+  EXPECT_EQ(rh->status, 200u);
+  EXPECT_EQ(rh->header("connection"), "<none>");
 }
 
 }  // namespace
