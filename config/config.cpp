@@ -15,6 +15,7 @@
 #include <cstring>
 #include <algorithm>
 #include <map>
+#include <set>
 
 namespace rjg::config {
 
@@ -230,12 +231,16 @@ class Loader {
         if (load_library(*element.as_table(), index, library)) {
           config.libraries.push_back(std::move(library));
           loaded.push_back(index);
+          library_tables_.emplace_back(index, element.as_table());
         }
         ++index;
       }
       check_total_prewarm(*libraries->as_array(), config, loaded);
     }
-    if (classic_table) check_default_library(*classic_table, config);
+    if (classic_table) {
+      check_default_library(*classic_table, config);
+      check_classic_share(*classic_table, config);
+    }
 
     if (reader_.problem_count() > 0) reader_.throw_problems();
     return config;
@@ -293,7 +298,8 @@ class Loader {
                                                     prefix));
       library.command = {"robot-classic-bridge", "--url", library.classic_upstream, "--name", "{library}",
                          "--connect-timeout",
-                         fmt::format("{}", std::chrono::duration<double>(library.connect_timeout).count())};
+                         fmt::format("{}", std::chrono::duration<double>(library.connect_timeout).count()),
+                         "--max-bytes", std::to_string(library.max_answer_bytes)};
       return;
     }
     for (std::string_view key : {"isolation", "prewarm", "prewarm_import", "rlimits", "env", "cwd"}) {
@@ -371,6 +377,65 @@ class Loader {
     reader_.problem(node->source(), fmt::format("'classic.default_library' = \"{}\" is not a library of this "
                                                 "configuration; expected one of: {}",
                                                 name, names));
+  }
+
+  // What classic clients may hold leaves every capped pool room for JSON-RPC clients: [classic] max_imports
+  // below [gateway] max_workers, and each library's classic share below its own max_workers (a glob entry's
+  // names each hold imports of their own, up to max_imports together). classic_instances above max_imports
+  // could never be reached.
+  void check_classic_share(const toml::table& table, const Config& config) {
+    const std::size_t most = config.classic.max_imports;
+    const auto* own = table.get("max_imports");
+    const std::string most_text =
+        fmt::format("'classic.max_imports' = {}{}", most, own ? "" : " (the default)");
+    const auto& source = own ? own->source() : table.source();
+    if (const auto cap = config.gateway.max_workers; cap && most >= cap)
+      reader_.problem(source, fmt::format("{} lets classic clients hold every one of the '[gateway] max_workers' = {} "
+                                          "workers, leaving none for JSON-RPC clients; expected classic.max_imports "
+                                          "below gateway.max_workers (or max_workers = 0: no cap)",
+                                          most_text, cap));
+    std::set<std::string> said;  // a key set in [defaults] is reported once
+    for (std::size_t i = 0; i < config.libraries.size() && i < library_tables_.size(); ++i) {
+      const Library& library = config.libraries[i];
+      const toml::table& lib = *library_tables_[i].second;
+      const auto prefix = fmt::format("library[{}]", library_tables_[i].first);
+      auto at = [&](std::string_view key) -> const toml::source_region& {
+        if (const auto* node = lib.get(key)) return node->source();
+        if (defaults_table_ && defaults_table_->get(key)) return defaults_table_->get(key)->source();
+        return lib.source();
+      };
+      const auto instances_key = setting_key(lib, prefix, "classic_instances");
+      if (!library.is_glob() && library.classic_instances > most && said.insert(instances_key).second)
+        reader_.problem(at("classic_instances"),
+                        fmt::format("'{}' = {} is more than {}, so it can never be reached; expected at most "
+                                    "classic.max_imports (or raise max_imports)",
+                                    instances_key, library.classic_instances, most_text));
+      if (library.max_workers == 0 || library.classic_instances == 0) continue;
+      const bool shared = library.isolation == Isolation::shared;
+      // Imports the pool can serve at once: a shared worker serves several.
+      const std::size_t room = shared ? library.max_workers * library.max_imports_per_worker : library.max_workers;
+      const std::size_t share = library.is_glob() ? most : std::min(library.classic_instances, most);
+      if (share < room) continue;
+      const auto workers_key = setting_key(lib, prefix, "max_workers");
+      const auto what = shared ? fmt::format("every import its '{}' = {} shared workers serve ('{}' = {})", workers_key,
+                                             library.max_workers, setting_key(lib, prefix, "max_imports_per_worker"),
+                                             library.max_imports_per_worker)
+                               : fmt::format("every one of its '{}' = {} workers", workers_key, library.max_workers);
+      if (library.is_glob()) {
+        if (said.insert(prefix + ".glob").second)
+          reader_.problem(at("max_workers"),
+                          fmt::format("{} lets classic clients hold {} of glob entry \"{}\" (each name they call "
+                                      "holds an import of its own), leaving none for its JSON-RPC clients; expected "
+                                      "classic.max_imports below that, or a higher max_workers",
+                                      most_text, what, library.name));
+      } else if (said.insert(instances_key + "/" + workers_key).second) {
+        reader_.problem(at(lib.get("classic_instances") ? "classic_instances" : "max_workers"),
+                        fmt::format("'{}' = {} lets classic clients hold {} of library \"{}\", leaving none for its "
+                                    "JSON-RPC clients; expected classic_instances below that (0: not served to "
+                                    "classic clients), or a higher max_workers",
+                                    instances_key, library.classic_instances, what, library.name));
+      }
+    }
   }
 
   // The admin endpoint and the classic front listen on TCP only, and cannot share an address with the
@@ -475,6 +540,7 @@ class Loader {
   Reader reader_;
   std::map<std::string, int> names_;             // library name -> line of its [[library]]
   const toml::table* defaults_table_ = nullptr;  // [defaults], when present and a table
+  std::vector<std::pair<std::size_t, const toml::table*>> library_tables_;  // of each library in config.libraries: its index and table
 };
 
 std::string join_problems(const std::vector<std::string>& problems) {

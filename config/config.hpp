@@ -37,6 +37,12 @@ enum class Arguments {
   as_is,   // never: the worker gets every string exactly as the client sent it
 };
 
+// What a session's import becomes when its worker is lost (it crashed, or keyword_timeout ended it).
+enum class WorkerLoss {
+  reimport,  // the next keyword on the token imports the library again, with the same arguments, in a new worker
+  fail,      // every later keyword on the token fails, saying the instance is gone
+};
+
 // Per-worker resource limits (setrlimit in the worker before exec). 0 means not set, except for core_size,
 // which is set when core_size_set (core_size = 0 then turns core dumps off).
 struct ResourceLimits {
@@ -102,7 +108,9 @@ struct Library {
 
   PicklePolicy pickle = PicklePolicy::data_only;
   Arguments arguments = Arguments::auto_;
-  // The classic Remote front: imports of this library that classic clients share, calls spread over them.
+  WorkerLoss on_worker_loss = WorkerLoss::reimport;
+  // The classic Remote front: imports of this library that classic clients share, calls spread over them;
+  // 0: not served to classic clients.
   std::size_t classic_instances = 1;
 
   int source_line = 0;  // where the [[library]] table starts
@@ -201,6 +209,12 @@ struct Admin {
 struct Classic {
   std::vector<ListenAddress> listen;  // required in the table
   std::string default_library;        // served at "/" and "/RPC2"; empty: the first exact library
+  // An XML-RPC request's body: what one call can make the front read and parse (see "Bounded memory").
+  std::uint64_t max_body_bytes = 8u * 1024 * 1024;
+  // Imports held for classic clients, all libraries together (each one in a worker of its pool); at the cap,
+  // the least recently used idle one makes room for a call that needs another.
+  std::size_t max_imports = 4;
+  Duration idle_timeout{std::chrono::minutes(5)};  // an import no classic call used for this long ends; 0: never
 
   bool operator==(const Classic&) const = default;
 };

@@ -601,6 +601,26 @@ const std::vector<Key<Classic>>& classic_keys() {
        .load = [](Reader& reader, const toml::node& node, const std::string& key, Classic& classic) {
          if (auto text = reader.get_string(node, key)) classic.default_library = *text;
        }},
+      // Far below max_message_bytes: a body's values are parsed and turned into JSON, so each byte of it
+      // costs several (README "Bounded memory"), and Robot's Remote sends keyword arguments here, rarely
+      // more than a few KiB. Below 64 KiB surely a value written without its unit.
+      size("max_body_bytes", &Classic::max_body_bytes, {.zero_ok = false, .min = 64 * 1024},
+           "Largest body of an XML-RPC request (Robot's `Remote` sends keyword arguments in it); a larger "
+           "request is answered with a fault naming this key, and its body is dropped unparsed. A body holds at "
+           "most one value per 16 bytes (more get a fault), and one of 1 MiB or more is parsed off the event "
+           "loop. Raise it for suites that pass large arguments: `bytes` of N bytes take about 4/3 N in the "
+           "body."),
+      integer("max_imports", &Classic::max_imports, {.min = 1, .max = 4096, .note = "below `[gateway] max_workers`"},
+              "Most imports held for classic clients at once, all libraries together (each library has at most its "
+              "`classic_instances`), each in a worker of its library's pool. When a call needs one more, the least "
+              "recently used import that serves no call is ended to make room; when every one serves a call, the "
+              "call waits up to its library's `queue_timeout`, then gets a fault. Must stay below `[gateway] "
+              "max_workers`, and below a library's `max_workers`, so that classic clients never take every worker "
+              "from JSON-RPC clients."),
+      duration("idle_timeout", &Classic::idle_timeout, {.min = Duration(100), .zero = "never"},
+               "An import that no classic call used for this long ends (a dedicated worker stops, a shared one "
+               "finalizes the instance); the next call imports again. A library with no import left, no call "
+               "running and none waiting leaves `/status`."),
   };
   return keys;
 }
@@ -649,6 +669,11 @@ const std::vector<Key<Library>>& library_keys() {
                  "SIGTERM before SIGKILL."),
         duration("connect_timeout", &Library::connect_timeout, {.nonzero = true},
                  "Upstreams: from resolving the host until the connection is open; a slower one fails the import."),
+        // Below 64 KiB surely a value written without its unit.
+        size("max_answer_bytes", &Library::max_answer_bytes, {.zero_ok = false, .min = 64 * 1024},
+             "Classic remote servers (`upstream = \"http://...\"`): the largest answer the bridge worker reads "
+             "from the server. A larger answer, or one with more than one value per 16 bytes or nested deeper than "
+             "64, fails that import or keyword with an error naming the server and this key."),
         choice("isolation", &Library::isolation, kIsolations, "an isolation mode",
                "`session`: every import gets a worker of its own; `shared`: imports share long-lived workers."),
         integer("prewarm", &Library::prewarm, {.max = 64},
@@ -688,14 +713,21 @@ const std::vector<Key<Library>>& library_keys() {
          .load = load_rlimits},
         choice("pickle", &Library::pickle, kPicklePolicies, "a pickle policy",
                "What passes of pickled Python values (`{\"__pickled__\": \"<hex>\"}`) to and from this library."),
-        integer("classic_instances", &Library::classic_instances, {.min = 1, .max = 64},
+        integer("classic_instances", &Library::classic_instances, {.min = 0, .max = 64, .zero = "not served to classic clients"},
                 "The classic Remote front (`[classic]`): imports of the library that its classic clients share, "
                 "each in a worker of the pool; keyword calls run one at a time on each, as on a classic remote "
-                "server. More than 1 only for libraries whose instances are independent."),
+                "server. More than 1 only for libraries whose instances are independent. At most `[classic] "
+                "max_imports`, and below the library's `max_workers` when that is set (counted in imports for "
+                "shared workers), so that JSON-RPC clients always find room."),
         choice("arguments", &Library::arguments, kArgumentModes, "an argument mode",
                "Whether argument strings are escaped so that a worker which evaluates them as Robot Framework data "
                "(the reference Python server does) receives them exactly as sent: `auto` escapes when the worker's "
                "`robot/initialize` answer names the reference server, `escape` always, `as-is` never."),
+        choice("on_worker_loss", &Library::on_worker_loss, kWorkerLossModes, "a worker-loss mode",
+               "When an import's worker is lost (it crashed, or `keyword_timeout` ended it), the keyword that was "
+               "running fails; then `reimport`: the next keyword on the same token imports the library again, "
+               "with the same arguments, in a new worker, and its log says as a WARN that the library's state was "
+               "lost and why; `fail`: every later keyword on the token fails, saying the instance is gone."),
     };
     for (auto& key : settings) {
       key.in_defaults = true;

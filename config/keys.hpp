@@ -50,6 +50,8 @@ inline constexpr std::pair<std::string_view, PicklePolicy> kPicklePolicies[] = {
     {"allow", PicklePolicy::allow}, {"data-only", PicklePolicy::data_only}, {"deny", PicklePolicy::deny}};
 inline constexpr std::pair<std::string_view, Arguments> kArgumentModes[] = {
     {"auto", Arguments::auto_}, {"escape", Arguments::escape}, {"as-is", Arguments::as_is}};
+inline constexpr std::pair<std::string_view, WorkerLoss> kWorkerLossModes[] = {{"reimport", WorkerLoss::reimport},
+                                                                            {"fail", WorkerLoss::fail}};
 
 // Every key of `table` must be in `known`: a typo would otherwise silently fall back to a default. An
 // unknown key is reported with the table it belongs in, or the known key it was surely meant to be.

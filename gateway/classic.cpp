@@ -4,18 +4,23 @@
 #include "common/protocol/json_text.hpp"
 #include "common/protocol/protocol.hpp"
 #include "common/runtime/async_event.hpp"
+#include "common/runtime/message_stream.hpp"
 #include "common/xmlrpc/xmlrpc.hpp"
 #include "common/xmlrpc/classic_values.hpp"
+#include "gateway/client_counts.hpp"
 #include "gateway/client_session.hpp"
 #include "gateway/connection.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <fmt/format.h>
 
 #include <deque>
+#include <functional>
 #include <unordered_map>
 
 namespace rjg::gateway {
@@ -75,10 +80,120 @@ struct KeywordAnswer {
   std::string output;
 };
 
-// Ends a session that held an import, in the background: its end may wait for grace periods, and nothing
-// waits for it (the pools end what is left at shutdown).
-asio::awaitable<void> end_session(std::shared_ptr<ClientSession> session, std::string why) {
+// The longest the front waits for an import that is ending to make room (a session's end is bounded by its
+// workers' grace periods; ClientSession::end gives up after 120 s).
+constexpr auto kRoomComing = std::chrono::seconds(130);
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  return d.count() % 1000 ? fmt::format("{}ms", d.count()) : fmt::format("{}s", d.count() / 1000);
+}
+}  // namespace
+
+// The imports held for classic clients, all libraries together: how many, and the calls waiting for room
+// under [classic] max_imports. An import counts until its session has ended (its worker stopped, or its
+// instance finalized), so the front never holds more workers than the cap, not even while one makes room
+// for another. Shared: a ticket may be let go of by a coroutine frame destroyed after the front at exit.
+class Imports : public std::enable_shared_from_this<Imports> {
+ public:
+  Imports(asio::any_io_executor executor, std::shared_ptr<ClientCounts> clients)
+      : executor_(std::move(executor)), clients_(std::move(clients)) {}
+
+  std::size_t held() const { return held_; }
+  std::size_t ending() const { return ending_; }     // held by a session that is ending: room soon
+  std::size_t waiting() const { return waiting_.size(); }
+
+  Ticket take(const std::string& client);
+
+  // Room may have come (an import ended, or went idle and may be retired): the calls waiting look again.
+  // Posted, not at once: this runs from destructors too, which may run while the loop is torn down at exit.
+  void changed() {
+    if (closed_) return;
+    asio::post(executor_, [weak = weak_from_this()] {
+      auto self = weak.lock();
+      if (!self || self->closed_) return;
+      for (auto& waiter : self->waiting_) waiter->set();
+    });
+  }
+  // True when changed() was called, false at the deadline.
+  asio::awaitable<bool> wait_until(std::chrono::steady_clock::time_point deadline) {
+    auto turn = std::make_shared<AsyncEvent>(executor_);
+    waiting_.push_back(turn);
+    struct Leave {
+      std::shared_ptr<Imports> imports;  // held: the frame may outlive the front at exit
+      std::shared_ptr<AsyncEvent> turn;
+      ~Leave() { std::erase(imports->waiting_, turn); }
+    } leave{shared_from_this(), turn};
+    co_return co_await turn->wait_until(deadline);
+  }
+  // The front stops: the calls waiting wake (and fail), and nothing is woken from now on.
+  void close() {
+    for (auto& waiter : waiting_) waiter->set();
+    closed_ = true;
+  }
+
+ private:
+  friend class Ticket;
+  asio::any_io_executor executor_;
+  std::shared_ptr<ClientCounts> clients_;
+  std::size_t held_ = 0;
+  std::size_t ending_ = 0;
+  std::deque<std::shared_ptr<AsyncEvent>> waiting_;
+  bool closed_ = false;
+};
+
+// One import held for classic clients, charged to the client whose call made it; let go of when its session
+// has ended.
+class Ticket {
+ public:
+  Ticket() = default;
+  Ticket(std::shared_ptr<Imports> imports, ClientCharge charge) : imports_(std::move(imports)), charge_(std::move(charge)) {
+    ++imports_->held_;
+  }
+  Ticket(Ticket&& other) noexcept
+      : imports_(std::move(other.imports_)), charge_(std::move(other.charge_)), ending_(std::exchange(other.ending_, false)) {}
+  Ticket& operator=(Ticket&& other) noexcept {
+    if (this != &other) {
+      release();
+      imports_ = std::move(other.imports_);
+      charge_ = std::move(other.charge_);
+      ending_ = std::exchange(other.ending_, false);
+    }
+    return *this;
+  }
+  ~Ticket() { release(); }
+
+  explicit operator bool() const { return imports_ != nullptr; }
+  const std::string& client() const { return charge_.client(); }
+  // Its session is ending: the room it holds comes free soon, and no other import need end for it.
+  void ending() {
+    if (imports_ && !ending_) ending_ = true, ++imports_->ending_;
+  }
+  void release() {
+    auto imports = std::exchange(imports_, nullptr);
+    if (!imports) return;
+    --imports->held_;
+    if (std::exchange(ending_, false)) --imports->ending_;
+    charge_.release();
+    imports->changed();
+  }
+
+ private:
+  std::shared_ptr<Imports> imports_;
+  ClientCharge charge_;
+  bool ending_ = false;
+};
+
+Ticket Imports::take(const std::string& client) { return Ticket(shared_from_this(), ClientCharge(clients_, client)); }
+
+namespace {
+// Ends a session that held an import, in the background: its end may wait for grace periods, and only the
+// next import of the same instance waits for it (the pools end what is left at shutdown). The import's room
+// comes free once it has ended.
+asio::awaitable<void> end_session(std::shared_ptr<ClientSession> session, std::string why, Ticket ticket,
+                                  std::shared_ptr<AsyncEvent> ended) {
   co_await session->end(std::move(why));
+  ticket.release();
+  ended->set();
 }
 
 // One import of the library, held by an in-process client session: the front talks JSON-RPC to it, and
@@ -86,7 +201,8 @@ asio::awaitable<void> end_session(std::shared_ptr<ClientSession> session, std::s
 class Instance final : public Connection, public std::enable_shared_from_this<Instance> {
  public:
   Instance(GatewayContext& context, asio::any_io_executor executor, std::string library, std::string name)
-      : context_(context), executor_(std::move(executor)), library_(std::move(library)), name_(std::move(name)) {}
+      : context_(context), executor_(executor), library_(std::move(library)), name_(std::move(name)),
+        idle_timer_(std::move(executor)) {}
 
   const std::string& name() const override { return name_; }
   void send(std::string json_text) override {
@@ -127,11 +243,57 @@ class Instance final : public Connection, public std::enable_shared_from_this<In
 
   bool imported() const { return !token_.empty() && session_; }
   const json::value& definition() const { return definition_; }
+  // When it last went idle: the least recently used idle import makes room for another.
+  std::chrono::steady_clock::time_point last_used() const { return last_used_; }
 
-  // Imports the library unless this instance holds an import. Throws Failure.
+  // The room an import it makes is counted in (ClassicFront::admit); needed before ensure_imported() when
+  // it holds none.
+  void charge(Ticket ticket) { ticket_ = std::move(ticket); }
+
+  // Its previous import (lost, or ended for idle_timeout) has ended, or the deadline passed: a library then
+  // never holds more than classic_instances workers of its pool, not even for a moment.
+  asio::awaitable<void> previous_ended(std::chrono::steady_clock::time_point deadline) {
+    const auto previous = previous_;
+    if (!previous) co_return;
+    const bool ended = co_await previous->wait_until(deadline);  // not in a condition: GCC 12
+    if (!ended) log::warn("{}: its previous import of library {} is still ending; importing anyway", name_, library_);
+    co_return;
+  }
+
+  // A call took it: the idle clock stops.
+  void taken() {
+    ++rests_;
+    idle_timer_.cancel();
+  }
+  // A call gave it back: once it has been idle for `timeout` (0: never), `expired` runs.
+  void rest(std::chrono::milliseconds timeout, std::function<void()> expired) {
+    last_used_ = std::chrono::steady_clock::now();
+    const auto rest = ++rests_;
+    if (timeout.count() == 0 || !imported()) return;
+    idle_timer_.expires_after(timeout);
+    idle_timer_.async_wait([weak = weak_from_this(), rest, expired = std::move(expired)](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      // Taken meanwhile (or rested again): a later rest has its own wait.
+      if (!ec && self && self->rests_ == rest) expired();
+    });
+  }
+
+  // Imports the library unless this instance holds an import (charge() first). Throws Failure; a failed
+  // import is forgotten at once (its session ends), so the next call starts afresh.
   asio::awaitable<void> ensure_imported() {
     if (imported()) co_return;
     if (stopped_) throw Failure("the gateway is stopping");
+    if (!ticket_) throw Failure("internal error: an import without room counted for it (a bug; see the gateway's log)");
+    try {
+      co_await import();
+    } catch (const Failure&) {
+      drop("its import failed");
+      throw;
+    }
+  }
+
+ private:
+  asio::awaitable<void> import() {
     if (!session_) {
       closing_ = false;
       auto session = std::make_shared<ClientSession>(context_, context_.config(), context_.pools, weak_from_this(),
@@ -155,8 +317,10 @@ class Instance final : public Connection, public std::enable_shared_from_this<In
     if (!token || !token->is_string()) throw Failure("the import answered without a token");
     token_ = token->get_string();
     if (auto* definition = result.as_object().if_contains("definition")) definition_ = *definition;
-    log::info("{}: imported library {} for classic clients", name_, library_);
+    log::info("{}: imported library {} for classic clients (made for {})", name_, library_, ticket_.client());
   }
+
+ public:
 
   // robot/run_keyword on this instance's import; args and kwargs are JSON texts. The output kept is cut
   // at max_output bytes.
@@ -185,12 +349,18 @@ class Instance final : public Connection, public std::enable_shared_from_this<In
   }
 
   // Forgets the import; its session ends in the background (a shared worker finalizes the instance, a
-  // dedicated one stops). The next call imports again, unless stopped.
+  // dedicated one stops), and the room it was counted in comes free then. The next call imports again, unless
+  // stopped.
   void drop(std::string why) {
     token_.clear();
+    taken();  // no idle clock for what is not imported
+    auto ticket = std::move(ticket_);
     if (auto session = std::move(session_)) {
       session_.reset();
-      asio::co_spawn(executor_, end_session(std::move(session), std::move(why)), log_exceptions("classic: end " + name_));
+      ticket.ending();
+      previous_ = std::make_shared<AsyncEvent>(executor_);
+      asio::co_spawn(executor_, end_session(std::move(session), std::move(why), std::move(ticket), previous_),
+                     log_exceptions("classic: end " + name_));
     }
   }
   // The gateway is stopping: the import ends, and none is made again.
@@ -263,16 +433,42 @@ class Instance final : public Connection, public std::enable_shared_from_this<In
   bool output_cut_ = false;
   bool closing_ = false;
   bool stopped_ = false;
+  Ticket ticket_;  // while it holds an import, or makes one
+  std::chrono::steady_clock::time_point last_used_ = std::chrono::steady_clock::now();
+  asio::steady_timer idle_timer_;
+  std::uint64_t rests_ = 0;                  // which rest the idle timer is for
+  std::shared_ptr<AsyncEvent> previous_;  // set once the session of its last import has ended
 };
 }  // namespace
 
 // A library as classic clients see it: its imports, and the calls waiting for one.
 class Library : public std::enable_shared_from_this<Library> {
  public:
-  Library(GatewayContext& context, asio::any_io_executor executor, std::string name)
-      : context_(context), executor_(std::move(executor)), name_(std::move(name)) {}
+  // unused: called when it holds no import, serves no call and has none waiting (the front forgets it).
+  Library(GatewayContext& context, asio::any_io_executor executor, std::string name, std::shared_ptr<Imports> imports,
+          std::function<void(Library&)> unused)
+      : context_(context), executor_(std::move(executor)), name_(std::move(name)), imports_(std::move(imports)),
+        unused_(std::move(unused)) {}
 
   const std::string& name() const { return name_; }
+
+  // A call that holds the library: while one does, it stays in the front's table.
+  class Use {
+   public:
+    explicit Use(std::shared_ptr<Library> library) : library_(std::move(library)) { ++library_->users_; }
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+    ~Use() {
+      --library_->users_;
+      library_->check_unused();
+    }
+
+   private:
+    std::shared_ptr<Library> library_;  // held: the frame may outlive the front at exit
+  };
+
+  // The front no longer keeps it (forgotten, or the front is gone): it calls nothing back any more.
+  void detach() { unused_ = nullptr; }
 
   // An idle instance, taken in arrival order; `wanted`: classic_instances now. Throws Failure when too many
   // calls wait already, or once the gateway is stopping.
@@ -285,8 +481,12 @@ class Library : public std::enable_shared_from_this<Library> {
       give_back(instances_.back());  // to a call that waits already, if one does
     }
     if (!idle_.empty()) {
-      auto instance = std::move(idle_.front());
-      idle_.pop_front();
+      // One that holds an import, if one does: the call then needs no new one.
+      auto it = std::find_if(idle_.begin(), idle_.end(), [](const auto& i) { return i->imported(); });
+      if (it == idle_.end()) it = idle_.begin();
+      auto instance = std::move(*it);
+      idle_.erase(it);
+      instance->taken();
       co_return instance;
     }
     if (waiting_.size() >= max_waiting)
@@ -306,16 +506,43 @@ class Library : public std::enable_shared_from_this<Library> {
     if (!waiter->instance) throw Failure("the gateway is stopping");
     co_return std::move(waiter->instance);
   }
-  // Gives an instance back: to the call that waited longest, or to the idle ones.
+  // Gives an instance back: to the call that waited longest, or to the idle ones, where its idle clock runs
+  // ([classic] idle_timeout) and a call waiting for room may retire it.
   void give_back(std::shared_ptr<Instance> instance) {
     if (!waiting_.empty()) {
       auto waiter = std::move(waiting_.front());
       waiting_.pop_front();
+      instance->taken();
       waiter->instance = std::move(instance);
       waiter->ready.set();
       return;
     }
-    idle_.push_back(std::move(instance));
+    idle_.push_back(instance);
+    if (stopped_) return;
+    const auto timeout = context_.config()->classic.idle_timeout;
+    instance->rest(timeout, [library = weak_from_this(), weak = std::weak_ptr<Instance>(instance), timeout] {
+      auto self = library.lock();
+      auto idle = weak.lock();
+      if (self && idle)
+        self->retire(idle, fmt::format("no classic call used it for {} ([classic] idle_timeout)", seconds_text(timeout)));
+    });
+    if (instance->imported()) imports_->changed();
+  }
+
+  // Its idle import used least recently, if it has one.
+  std::shared_ptr<Instance> least_recently_used() const {
+    std::shared_ptr<Instance> oldest;
+    for (const auto& instance : idle_)
+      if (instance->imported() && (!oldest || instance->last_used() < oldest->last_used())) oldest = instance;
+    return oldest;
+  }
+  // Ends an idle instance's import (idle_timeout, or room for another library's); the library may then
+  // hold nothing and leave the table.
+  void retire(const std::shared_ptr<Instance>& instance, std::string why) {
+    if (stopped_ || !instance->imported() || std::find(idle_.begin(), idle_.end(), instance) == idle_.end()) return;
+    log::info("{}: ending the import of library {}: {}", instance->name(), name_, why);
+    instance->drop(std::move(why));
+    check_unused();
   }
 
   // For /status: its instances (each one import held for classic clients), how many imported so far,
@@ -339,7 +566,7 @@ class Library : public std::enable_shared_from_this<Library> {
   void remember(const json::value& definition) { remembered_ = definition; }
 
   // The gateway is stopping: calls waiting fail, and every import ends (in the background; the pools end
-  // what is left).
+  // what is left). Nothing is forgotten from now on: the front is going away with its table.
   void stop() {
     stopped_ = true;
     for (auto& waiter : std::exchange(waiting_, {})) waiter->ready.set();  // with no instance: a Failure
@@ -353,9 +580,19 @@ class Library : public std::enable_shared_from_this<Library> {
     std::shared_ptr<Instance> instance;
   };
 
+  void check_unused() {
+    if (stopped_ || users_ > 0 || !waiting_.empty()) return;
+    if (std::any_of(instances_.begin(), instances_.end(), [](const auto& i) { return i->imported(); })) return;
+    // A copy: the call may detach this library, which would destroy the function while it runs.
+    if (auto unused = unused_) unused(*this);
+  }
+
   GatewayContext& context_;
   asio::any_io_executor executor_;
   const std::string name_;
+  std::shared_ptr<Imports> imports_;
+  std::function<void(Library&)> unused_;
+  std::size_t users_ = 0;  // calls that hold it (Use)
   std::vector<std::shared_ptr<Instance>> instances_;
   std::deque<std::shared_ptr<Instance>> idle_;
   std::deque<std::shared_ptr<Waiter>> waiting_;
@@ -540,11 +777,83 @@ std::string default_library(const config::Config& config) {
   return {};
 }
 
+// Whether a call is run_keyword(name, args[, kwargs]) with parameters of the types it takes.
+bool keyword_call(const xmlrpc::Call& call) {
+  const auto& params = call.params;
+  return call.method == "run_keyword" && params.size() >= 2 && params.size() <= 3 && params[0].is<std::string>() &&
+         params[1].is<xmlrpc::Array>() && (params.size() == 2 || params[2].is<xmlrpc::Struct>());
+}
+
+// A request's body read as an XML-RPC call, and for run_keyword its arguments as JSON texts: the work that
+// grows with the body, done in one place, on the offload pool when the body is large.
+struct ReadCall {
+  xmlrpc::Call call;
+  std::optional<std::string> refusal;          // a fault's text: not a call, or over a limit
+  std::string args = "[]", kwargs = "{}";      // run_keyword's arguments
+  std::optional<std::string> argument_error;   // run_keyword: an argument that cannot be passed (ValueError)
+};
+
+ReadCall read_call(std::string body, const xmlrpc::Limits& limits, const std::string& limits_text) {
+  ReadCall out;
+  try {
+    out.call = xmlrpc::parse_call(body, limits);
+  } catch (const xmlrpc::LimitError& e) {
+    out.refusal = fmt::format("The request is over a limit of the classic front: {}. {}", e.what(), limits_text);
+    return out;
+  } catch (const xmlrpc::ParseError& e) {
+    out.refusal = fmt::format("The request is not an XML-RPC call: {}", e.what());
+    return out;
+  }
+  std::string().swap(body);  // not held while the keyword runs
+  if (!keyword_call(out.call)) return out;
+  auto& params = out.call.params;
+  try {
+    std::string args = "[";
+    for (const auto& a : params[1].as<xmlrpc::Array>())
+      args += (args.size() > 1 ? ", " : "") + rjg::classic::to_json_argument(rjg::classic::to_python(a));
+    args += "]";
+    std::string kwargs = "{";
+    if (params.size() == 3)
+      for (const auto& [key, value] : params[2].as<xmlrpc::Struct>())
+        kwargs += (kwargs.size() > 1 ? ", " : "") + json_string(key) + ": " +
+                  rjg::classic::to_json_argument(rjg::classic::to_python(value));
+    kwargs += "}";
+    out.args = std::move(args);
+    out.kwargs = std::move(kwargs);
+  } catch (const rjg::classic::ValueError& e) {
+    out.argument_error = e.what();
+  }
+  // The texts carry the arguments now: the values are not held twice while the keyword runs (emptied,
+  // of the same types, so the call keeps its shape).
+  params[1] = xmlrpc::Value(xmlrpc::Array{});
+  if (params.size() == 3) params[2] = xmlrpc::Value(xmlrpc::Struct{});
+  return out;
+}
+
+// On the offload pool (a coroutine function, not a capturing lambda: its frame owns the body).
+asio::awaitable<ReadCall> read_call_on_pool(std::string body, xmlrpc::Limits limits, std::string limits_text) {
+  co_return read_call(std::move(body), limits, limits_text);
+}
+
+// A keyword's answer as the document the classic client gets, on the offload pool: a large result is
+// converted twice over (to Python's values, then to XML-RPC's), which would hold up the loop as long as
+// parsing a large body.
+asio::awaitable<std::string> write_result_on_pool(KeywordAnswer answer, std::string library, std::string keyword,
+                                                  std::size_t max_depth) {
+  co_return xmlrpc::write_response(keyword_result(answer, library, keyword, max_depth));
+}
+
 HttpLimits http_limits(const config::Config& config) {
   const auto& gw = config.gateway;
   HttpLimits limits;
-  // An XML-RPC document carries what a JSON-RPC message does, in some more bytes; the headers on top.
-  limits.max_request_bytes = gw.max_message_bytes + gw.max_header_bytes;
+  // A body of its own limit, far below max_message_bytes: parsed and converted, each byte costs several.
+  limits.max_request_bytes = config.classic.max_body_bytes + gw.max_header_bytes;
+  // A fault, which Robot shows (of a 413 it would show the status only).
+  limits.too_large_answer =
+      fault(fmt::format("The request is too large for the classic front: its body may have at most [classic] "
+                        "max_body_bytes = {} bytes (and its headers [gateway] max_header_bytes = {}). Pass smaller "
+                        "arguments, or raise max_body_bytes.",
+                        config.classic.max_body_bytes, gw.max_header_bytes));
   limits.request_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(gw.handshake_timeout);
   limits.max_connections = gw.max_sessions;
   limits.max_connections_per_client = gw.max_sessions_per_client;
@@ -559,11 +868,18 @@ ClassicFront::ClassicFront(asio::io_context& io, GatewayContext& context, const 
       context_(context),
       http_(io, "classic", [this](HttpRequest request) { return handle(std::move(request)); }, config.gateway.allow_from,
             front::http_limits(config)),
-      idle_(io.get_executor()) {
+      idle_(io.get_executor()),
+      imports_(std::make_shared<front::Imports>(io.get_executor(), context.clients)) {
   idle_.set();
 }
 
-ClassicFront::~ClassicFront() { http_.stop(); }
+ClassicFront::~ClassicFront() {
+  http_.stop();
+  // Coroutine frames destroyed after this (at exit) may still hold a library or a ticket: neither calls
+  // back here, nor wakes anything, any more.
+  for (auto& [name, library] : libraries_) library->detach();
+  imports_->close();
+}
 
 void ClassicFront::serve(std::shared_ptr<asio::ip::tcp::acceptor> acceptor, std::string entry) {
   http_.serve(std::move(acceptor), std::move(entry));
@@ -582,6 +898,7 @@ asio::awaitable<bool> ClassicFront::drain(std::chrono::steady_clock::time_point 
 asio::awaitable<void> ClassicFront::shutdown() {
   stopping_ = true;
   http_.stop();
+  imports_->close();  // calls waiting for room fail
   for (auto& [name, library] : libraries_) library->stop();
   co_return;
 }
@@ -589,14 +906,72 @@ asio::awaitable<void> ClassicFront::shutdown() {
 json::object ClassicFront::status() const {
   json::array libraries;
   for (const auto& [name, library] : libraries_) libraries.push_back(library->status());
-  return json::object{{"connections", http_.connections()}, {"calls_running", calls_}, {"libraries", std::move(libraries)}};
+  return json::object{{"connections", http_.connections()},
+                      {"calls_running", calls_},
+                      {"imports", imports_->held()},
+                      {"libraries", std::move(libraries)}};
 }
 
-std::shared_ptr<front::Library> ClassicFront::library(const std::string& name,
-                                                        std::shared_ptr<const config::Library> settings) {
+std::shared_ptr<front::Library> ClassicFront::library(const std::string& name) {
   auto& slot = libraries_[name];
-  if (!slot) slot = std::make_shared<front::Library>(context_, io_.get_executor(), name);
+  if (!slot)
+    slot = std::make_shared<front::Library>(context_, io_.get_executor(), name, imports_,
+                                            [this](front::Library& library) { forget(library); });
   return slot;
+}
+
+void ClassicFront::forget(const front::Library& library) {
+  auto it = libraries_.find(library.name());
+  if (it == libraries_.end() || it->second.get() != &library) return;
+  it->second->detach();
+  libraries_.erase(it);  // the caller holds it still
+}
+
+bool ClassicFront::retire_idle_import(const front::Library* except) {
+  std::shared_ptr<front::Library> owner;
+  std::shared_ptr<front::Instance> oldest;
+  for (const auto& [name, library] : libraries_) {
+    if (library.get() == except) continue;
+    auto candidate = library->least_recently_used();
+    if (candidate && (!oldest || candidate->last_used() < oldest->last_used())) oldest = std::move(candidate), owner = library;
+  }
+  if (!oldest) return false;
+  owner->retire(oldest, "making room for an import of another library ([classic] max_imports)");
+  return true;
+}
+
+asio::awaitable<front::Ticket> ClassicFront::admit(const std::string& client, const front::Library& library,
+                                                   std::chrono::milliseconds queue_timeout,
+                                                   std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    if (stopping_) throw front::Failure("the gateway is stopping");
+    const auto config = context_.config();
+    const auto per_client = config->gateway.max_sessions_per_client;
+    if (per_client && context_.clients->held(client) >= per_client)
+      throw front::Failure(fmt::format(
+          "this client address ({}) already holds {} sessions and imports, the most allowed ([gateway] "
+          "max_sessions_per_client = {}; each import the classic front made for its calls counts, until it ends "
+          "after [classic] idle_timeout unused). Close JSON-RPC sessions, call the libraries imported already, "
+          "retry later, or raise max_sessions_per_client.",
+          client, context_.clients->held(client), per_client));
+    const auto most = config->classic.max_imports;
+    if (imports_->held() < most) co_return imports_->take(client);
+    // At the cap. The imports ending already make room for as many calls; for the others, the least
+    // recently used idle import of another library ends (this library's idle ones would have been taken).
+    // Room that is coming is waited for whatever queue_timeout says (0 too): an idle import's end is bounded
+    // by its worker's grace periods, and only a call that finds every import busy waits queue_timeout.
+    const bool coming = imports_->ending() > imports_->waiting() || retire_idle_import(&library);
+    const auto until = coming ? std::max(deadline, std::chrono::steady_clock::now() + front::kRoomComing) : deadline;
+    const bool woken = co_await imports_->wait_until(until);  // not in the condition: GCC 12
+    if (!woken && imports_->held() >= most) {
+      if (stopping_) throw front::Failure("the gateway is stopping");
+      throw front::Failure(fmt::format(
+          "the classic front holds {} imports for classic clients, the most allowed ([classic] max_imports = {}), "
+          "and every one served a call for the {} this call may wait (the library's queue_timeout). Retry later, "
+          "or raise [classic] max_imports (below [gateway] max_workers).",
+          imports_->held(), most, front::seconds_text(queue_timeout)));
+    }
+  }
 }
 
 asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest request) {
@@ -628,19 +1003,36 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
                                 front::default_library(*config), names));
   }
   const auto& settings = *route.library;
+  if (settings.classic_instances == 0)
+    co_return fault(fmt::format("Library '{}' is not served to classic clients (its classic_instances = 0); JSON-RPC "
+                                "clients import it on the gateway's protocol port.",
+                                log::printable(name, 200)));
 
-  xmlrpc::Call call;
-  try {
-    xmlrpc::Limits limits;
-    limits.max_bytes = gw.max_message_bytes + gw.max_header_bytes;
-    limits.max_depth = gw.max_json_depth;
-    call = xmlrpc::parse_call(request.body, limits);
-  } catch (const xmlrpc::ParseError& e) {
-    log::info("classic: {} sent a request that is not XML-RPC: {}", request.peer, e.what());
-    co_return fault(fmt::format("The request is not an XML-RPC call: {}", e.what()));
+  xmlrpc::Limits limits;
+  limits.max_bytes = config->classic.max_body_bytes;
+  limits.max_depth = gw.max_json_depth;
+  std::string limits_text = fmt::format(
+      "A body holds at most [classic] max_body_bytes = {} bytes, at most one value per {} bytes of it, and arrays "
+      "and structs nested at most [gateway] max_json_depth = {} deep.",
+      limits.max_bytes, limits.bytes_per_value, limits.max_depth);
+  // A large body is read off this loop, as large JSON frames are, so that the sessions on it go on meanwhile.
+  const std::size_t body_bytes = request.body.size();
+  front::ReadCall read;
+  if (context_.offload && body_bytes >= kOffloadFrameBytes) {
+    auto reading = front::read_call_on_pool(std::move(request.body), limits, std::move(limits_text));
+    read = co_await asio::co_spawn(*context_.offload, std::move(reading), asio::use_awaitable);
+    log::debug("classic: the request of {} bytes from {} was read off the event loop", body_bytes, request.peer);
+  } else {
+    read = front::read_call(std::move(request.body), limits, limits_text);
   }
+  if (read.refusal) {
+    log::info("classic: {} sent a request that is refused: {}", request.peer, *read.refusal);
+    co_return fault(*read.refusal);
+  }
+  xmlrpc::Call call = std::move(read.call);
   const auto& params = call.params;
-  auto library = this->library(name, route.library);
+  auto library = this->library(name);
+  const front::Library::Use use{library};  // in the table while this call holds it
   auto string_param = [&](std::size_t i) -> const std::string* {
     return i < params.size() && params[i].is<std::string>() ? &params[i].as<std::string>() : nullptr;
   };
@@ -648,12 +1040,22 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
     return fault(fmt::format("{} takes {}; got {} parameter(s).", call.method, expected, params.size()));
   };
 
+  // An instance taken that holds no import gets room for one first (ClassicFront::admit).
+  auto ready = [&](const std::shared_ptr<front::Instance>& instance) -> asio::awaitable<void> {
+    if (instance->imported()) co_return;
+    const auto deadline = std::chrono::steady_clock::now() + settings.queue_timeout;
+    auto ticket = co_await admit(request.client, *library, settings.queue_timeout, deadline);
+    co_await instance->previous_ended(deadline);
+    instance->charge(std::move(ticket));
+    co_return;  // explicit: GCC 12 and an awaitable<void> that falls off the end
+  };
   // The methods that describe the library read its definition, importing it first when no call has.
   auto definition = [&]() -> asio::awaitable<const json::value*> {
     if (const auto* d = library->definition()) co_return d;
     auto taken = co_await library->take(settings.classic_instances, gw.max_pending_requests);
     front::Held held{library, std::move(taken)};
     auto& instance = held.instance;
+    co_await ready(instance);
     co_await instance->ensure_imported();
     library->remember(instance->definition());
     co_return library->definition();
@@ -663,24 +1065,25 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
     const auto& method = call.method;
     if (method == "run_keyword") {
       const auto* keyword = string_param(0);
-      if (!keyword || params.size() < 2 || params.size() > 3 || !params[1].is<xmlrpc::Array>() ||
-          (params.size() == 3 && !params[2].is<xmlrpc::Struct>()))
+      if (!front::keyword_call(call))
         co_return shape("a keyword name, a list of arguments and optionally a struct of named arguments");
-      std::string args = "[";
-      for (const auto& a : params[1].as<xmlrpc::Array>())
-        args += (args.size() > 1 ? ", " : "") + rjg::classic::to_json_argument(rjg::classic::to_python(a));
-      args += "]";
-      std::string kwargs = "{";
-      if (params.size() == 3)
-        for (const auto& [key, value] : params[2].as<xmlrpc::Struct>())
-          kwargs += (kwargs.size() > 1 ? ", " : "") + front::json_string(key) + ": " +
-                    rjg::classic::to_json_argument(rjg::classic::to_python(value));
-      kwargs += "}";
+      if (read.argument_error) throw rjg::classic::ValueError(*read.argument_error);
+      const std::string& args = read.args;  // converted with the parse (front::read_call)
+      const std::string& kwargs = read.kwargs;
       auto taken = co_await library->take(settings.classic_instances, gw.max_pending_requests);
       front::Held held{library, std::move(taken)};
       auto& instance = held.instance;
+      co_await ready(instance);
       auto answer = co_await instance->run(*keyword, args, kwargs, gw.max_message_bytes);
       if (instance->imported()) library->remember(instance->definition());
+      if (context_.offload && answer.result_text.size() + answer.output.size() >= kOffloadFrameBytes) {
+        const std::size_t result_bytes = answer.result_text.size() + answer.output.size();
+        auto writing = front::write_result_on_pool(std::move(answer), name, *keyword, gw.max_json_depth);
+        std::string written = co_await asio::co_spawn(*context_.offload, std::move(writing), asio::use_awaitable);
+        log::debug("classic: the result of {} from library {} ({} bytes) was written off the event loop",
+                   log::printable(*keyword, 200), name, result_bytes);
+        co_return front::xml(std::move(written));
+      }
       co_return front::xml(
           xmlrpc::write_response(front::keyword_result(answer, name, *keyword, gw.max_json_depth)));
     }

@@ -10,6 +10,13 @@
 // evaluate argument strings, and the metrics. Calls queue for a free import, in arrival order. An import
 // whose worker was lost (died, timed out) is imported again for the next call.
 //
+// What classic clients hold is bounded, since anyone who can connect may name libraries: at most
+// `[classic] max_imports` imports at once (the least recently used idle one makes room for another; the
+// configuration keeps that below every max_workers, so JSON-RPC clients always find room), each charged to
+// the client address whose call made it against `max_sessions_per_client`, and each ended once no call used
+// it for `[classic] idle_timeout`. A library with no import, no call running and none waiting leaves the
+// table (and /status): a failed import at once.
+//
 // Methods: get_library_information, get_keyword_names, get_keyword_arguments, get_keyword_types,
 // get_keyword_tags, get_keyword_documentation (with __intro__ and __init__), run_keyword(name, args[,
 // kwargs]). Values are mapped as common/xmlrpc/classic_values.hpp says; the logs a worker sends while a keyword
@@ -33,7 +40,9 @@ namespace rjg::gateway {
 
 namespace front {
 class Library;  // classic.cpp
-}
+class Imports;
+class Ticket;
+}  // namespace front
 
 class ClassicFront {
  public:
@@ -56,7 +65,8 @@ class ClassicFront {
   asio::awaitable<void> shutdown();
   std::size_t calls_running() const { return calls_; }
   std::size_t connections() const { return http_.connections(); }
-  // For /status: connections, calls running, and each library classic clients called (its imports).
+  // For /status: connections, calls running, the imports held (those still ending included), and each
+  // library classic clients hold an import of or call now.
   boost::json::object status() const;
 
   // One XML-RPC request: always 200 with a methodResponse, a fault for every error (a path that names no
@@ -64,7 +74,19 @@ class ClassicFront {
   asio::awaitable<std::optional<HttpResponse>> handle(HttpRequest request);
 
  private:
-  std::shared_ptr<front::Library> library(const std::string& name, std::shared_ptr<const config::Library> settings);
+  // The library's entry in the table, made on first use.
+  std::shared_ptr<front::Library> library(const std::string& name);
+  // Room for one more import, charged to `client`: under [classic] max_imports (making room by ending the
+  // least recently used idle import of another library, else waiting up to queue_timeout) and under
+  // max_sessions_per_client. Throws front::Failure naming the limit. queue_timeout: the library's, which the
+  // deadline comes from.
+  asio::awaitable<front::Ticket> admit(const std::string& client, const front::Library& library,
+                                       std::chrono::milliseconds queue_timeout,
+                                       std::chrono::steady_clock::time_point deadline);
+  // Ends the least recently used import that serves no call, of a library other than `except`; false: none.
+  bool retire_idle_import(const front::Library* except);
+  // A library that holds nothing and serves no call leaves the table.
+  void forget(const front::Library& library);
 
   asio::io_context& io_;
   GatewayContext& context_;
@@ -72,7 +94,8 @@ class ClassicFront {
   bool stopping_ = false;
   std::size_t calls_ = 0;  // requests being handled
   AsyncEvent idle_;        // set while calls_ is 0
-  std::map<std::string, std::shared_ptr<front::Library>> libraries_;  // by the name imported
+  std::map<std::string, std::shared_ptr<front::Library>> libraries_;  // by the name imported; only those in use
+  std::shared_ptr<front::Imports> imports_;                            // shared: tickets may outlive the front
 };
 
 }  // namespace rjg::gateway

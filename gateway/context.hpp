@@ -5,6 +5,7 @@
 #pragma once
 
 #include "config/config.hpp"
+#include "gateway/client_counts.hpp"
 #include "gateway/router.hpp"
 #include "workers/supervisor/pool.hpp"
 #include "workers/supervisor/reaper.hpp"
@@ -64,6 +65,8 @@ struct GatewayContext {
   workers::WorkerOptions worker_options;
   workers::Metrics metrics;  // for /metrics: sessions, imports, keywords, workers (the pools count theirs)
   workers::WorkerPools pools;
+  // Sessions and classic imports per client, against max_sessions_per_client. Loop 0 only.
+  std::shared_ptr<ClientCounts> clients = std::make_shared<ClientCounts>();
 
   // Requests being answered right now, across all sessions and loops (for STATUS= and the metrics).
   std::atomic<std::size_t> requests_in_flight = 0;

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <unistd.h>
 #include <sched.h>
@@ -302,6 +303,13 @@ int run(const std::string& path, bool stdio = false) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef __GLIBC__
+  // Blocks of 1 MiB and more (large frames, classic bodies and their values) go back to the system when
+  // freed, whichever thread frees them. glibc would raise this threshold to the largest block freed so far
+  // and keep such blocks in the arena of the thread that freed them: with the offload pool, each of its
+  // threads and each loop would keep its own room for the largest request seen (README "Bounded memory").
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
   rjg::log::set_program("gateway");
   rjg::log::use_journal_if_stderr_is_it();
   std::string arg1 = argc > 1 ? argv[1] : "";

@@ -472,7 +472,7 @@ void Server::adopt(int fd, std::string client, std::string peer, bool is_socket,
     stdio_ = s;
   }
   sessions_[number] = Live{loop, session, std::move(peer), std::chrono::steady_clock::now(), session->imports_open};
-  ++per_client_[client];
+  context_.clients->add(client);
   // Forget sessions once they are gone, so neither map grows with every connection: the session's loop
   // awaits its end, this loop forgets it.
   asio::co_spawn(
@@ -484,7 +484,7 @@ void Server::adopt(int fd, std::string client, std::string peer, bool is_socket,
       asio::bind_executor(io_, [this, number, client](std::exception_ptr e) {
         log_exceptions("session tracker")(e);
         sessions_.erase(number);
-        if (auto it = per_client_.find(client); it != per_client_.end() && --it->second == 0) per_client_.erase(it);
+        context_.clients->remove(client);
         if (sessions_.empty()) sessions_gone_.set();
       }));
 }
@@ -499,11 +499,11 @@ bool Server::within_limits(Socket& socket, const config::Gateway& gw, const std:
                        gw.max_sessions));
     return false;
   }
-  if (gw.max_sessions_per_client && per_client_[client] >= gw.max_sessions_per_client) {
+  if (gw.max_sessions_per_client && context_.clients->held(client) >= gw.max_sessions_per_client) {
     context_.metrics.refuse(workers::Refusal::max_sessions_per_client);
     refuse(std::move(socket), peer,
-           fmt::format("{} already has {} sessions, the most allowed (max_sessions_per_client); close some, or "
-                       "retry later.",
+           fmt::format("{} already has {} sessions, the most allowed (max_sessions_per_client; the imports the "
+                       "classic front holds for its calls count as sessions); close some, or retry later.",
                        who, gw.max_sessions_per_client));
     return false;
   }

@@ -127,7 +127,6 @@ class Server {
   std::string reload_problem_;  // the last reload failed: why, for STATUS=
   std::unordered_map<std::uint64_t, Live> sessions_;  // loop 0's
   std::weak_ptr<Connection> stdio_;  // --stdio: the one session
-  std::unordered_map<std::string, std::size_t> per_client_;  // live sessions per source address
   std::uint64_t next_session_ = 1;
   AsyncEvent sessions_gone_;  // set whenever the last session is forgotten (the drain waits for it)
   bool stopping_ = false;

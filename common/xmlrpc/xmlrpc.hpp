@@ -1,7 +1,9 @@
 // XML-RPC values, calls and responses, as Robot Framework's classic `Remote` library and classic remote
 // servers exchange them (Python's xmlrpc.client on one side). Parsing uses expat with everything that
 // could reach outside the document refused: a DOCTYPE (so no DTD, no entity of any kind) ends the parse
-// with an error. Every size, depth and count is bounded (Limits).
+// with an error. Every size, depth and count is bounded (Limits), and the parse builds the values
+// directly from expat's events, with no tree of the document in between: what it holds is the values
+// themselves, at most one per Limits::bytes_per_value bytes of the document (a Value is 40 bytes).
 #pragma once
 
 #include <cstdint>
@@ -58,12 +60,21 @@ struct Limits {
   std::size_t max_bytes = 64u * 1024 * 1024;  // the document
   std::size_t max_depth = 64;                 // nested arrays and structs
   std::size_t max_values = 1'000'000;         // values in the document
+  // And at most one value per this many bytes of the document (0: no such cap), so that what a parse
+  // holds stays within a small constant times the document. Python's xmlrpc.client writes at least 21
+  // bytes per value (<value><nil/></value>); the smallest value there is, <value/>, takes 8.
+  std::size_t bytes_per_value = 16;
 };
 
 // A document that is not well-formed XML, not XML-RPC, or beyond a limit; what() says which and where
 // ("line 3: <value> holds two values").
 struct ParseError : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+// A document refused for a limit of Limits (its bytes, values or nesting), not for its form: the caller
+// may name the settings behind them.
+struct LimitError : ParseError {
+  using ParseError::ParseError;
 };
 
 struct Call {

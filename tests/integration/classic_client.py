@@ -6,7 +6,8 @@ xmlrpc.client (use_builtin_types=True, a new connection per call), and prints wh
 
 CALLS_JSON is a JSON list of calls, each [METHOD, PARAM, ...]. Values are JSON, plus these objects for
 what JSON cannot say:  {"$bytes": "<base64>"}, {"$datetime": "2024-01-02T03:04:05"}, {"$float": "nan"},
-{"$int": "12345678901234567890"} (an int beyond 64 bits). Prints one JSON line per call: the result
+{"$int": "12345678901234567890"} (an int beyond 64 bits), {"$repeat": ["x", 3]} ("xxx", for strings too
+long for a command line). Prints one JSON line per call: the result
 with the same encoding, or {"$fault": "<faultString>"}, or {"$error": "<what the client raised>"}.
 Used by tests/integration/classic_test.cpp; the standard library only.
 """
@@ -32,6 +33,8 @@ def decode(value):
                 return float(inner)
             if key == "$int":
                 return int(inner)
+            if key == "$repeat":
+                return inner[0] * inner[1]
         return {k: decode(v) for k, v in value.items()}
     return value
 

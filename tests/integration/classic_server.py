@@ -55,6 +55,17 @@ class TestLibrary:
         """Returns None (a classic server answers it as an empty string)."""
         return None
 
+    def big_text(self, size):
+        """Returns a string of `size` x's."""
+        return "x" * int(size)
+
+    def nested(self, depth):
+        """Returns lists nested `depth` deep."""
+        value = []
+        for _ in range(int(depth)):
+            value = [value]
+        return value
+
 
 def keyword_names(library):
     return [name for name in dir(library) if not name.startswith("_") and callable(getattr(library, name))]

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <set>
 #include <thread>
 
 namespace rjg::test {
@@ -375,9 +376,7 @@ TEST_F(ClassicTest, ClassicInstancesSpreadCallsOverImportsInSeveralWorkers) {
 }
 
 TEST_F(ClassicTest, BadRequestsGetAFaultOrAnHttpErrorAndTheFrontGoesOn) {
-  GatewayOptions options;
-  options.extra_gateway_toml = "max_message_bytes = 65536\n";
-  start_classic(default_libraries(), {}, options);
+  start_classic(default_libraries(), "max_body_bytes = \"64KiB\"\n");
   auto fault = [](const std::string& answer) {
     return contains(answer, "HTTP/1.1 200") && contains(answer, "<fault>") ? answer : "no fault in: " + answer;
   };
@@ -399,8 +398,14 @@ TEST_F(ClassicTest, BadRequestsGetAFaultOrAnHttpErrorAndTheFrontGoesOn) {
                        "not stopped by its clients"));
   const auto get = raw_http("GET /TestLibrary HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_TRUE(contains(get, "HTTP/1.1 405") && contains(get, "Allow: POST")) << get;
+  // Over [classic] max_body_bytes: a fault naming it (Robot shows a fault's text, of an HTTP error only its
+  // status), sent without reading the body.
   const auto large = post("/TestLibrary", std::string(200'000, 'x'));
-  EXPECT_TRUE(contains(large, "HTTP/1.1 413")) << large.substr(0, 300);
+  EXPECT_TRUE(contains(fault(large), "[classic] max_body_bytes = 65536")) << large.substr(0, 1000);
+  // Robot's client (Python's xmlrpc.client) sends a body whole before it reads the answer: it gets the fault
+  // too, not a broken connection.
+  const auto too_large = run("/TestLibrary", "Echo", {json::object{{"$repeat", json::array{"x", 8'000'000}}}});
+  EXPECT_TRUE(contains(fault_of(too_large), "[classic] max_body_bytes = 65536")) << too_large;
   // And the front still serves.
   EXPECT_EQ(result_struct(run("/TestLibrary", "Echo", {"still here"})).at("return"), "still here");
   EXPECT_TRUE(gateway().running());
@@ -416,6 +421,192 @@ TEST_F(ClassicTest, ThePicklePolicyAppliesToClassicClientsToo) {
   EXPECT_EQ(result_struct(refused).at("status"), "FAIL") << refused;
   EXPECT_TRUE(contains(json::value_to<std::string>(result_struct(refused).at("error")), "pickle")) << refused;
   EXPECT_EQ(result_struct(run("/TestLibrary", "Echo Count")).at("return"), 0);
+}
+
+// ---- What classic clients may hold: [classic] max_imports, idle_timeout, max_sessions_per_client ----
+
+constexpr std::string_view kGetKeywordNames =
+    "<?xml version='1.0'?><methodCall><methodName>get_keyword_names</methodName><params/></methodCall>";
+
+// The front with an admin endpoint, whose /status shows what the front holds.
+class ClassicLimitsTest : public ClassicTest {
+ protected:
+  void start_with_status(std::vector<LibrarySpec> libraries, std::string classic_toml = {}, GatewayOptions options = {}) {
+    admin_port_ = free_port();
+    start_classic(std::move(libraries),
+                  fmt::format("{}\n[admin]\nlisten = [\"tcp://127.0.0.1:{}\"]\n", classic_toml, admin_port_),
+                  std::move(options));
+    ASSERT_TRUE(eventually([&] { return can_connect(admin_port_); }, 10s)) << gateway().log_tail();
+  }
+
+  // /status's "classic": connections, calls running, imports held, and the libraries in the front's table.
+  json::object classic_status() {
+    const auto answer = raw_http("GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", admin_port_);
+    const auto body = answer.find("\r\n\r\n");
+    if (body == std::string::npos) return json::object{};
+    const auto status = json::parse(answer.substr(body + 4));
+    const auto* classic = status.as_object().if_contains("classic");
+    return classic && classic->is_object() ? classic->as_object() : json::object{};
+  }
+  // Waits (bounded) until /status shows `imports` held and `libraries` in the table; returns the last one seen.
+  json::object status_eventually(std::size_t imports, std::size_t libraries) {
+    json::object status;
+    eventually(
+        [&] {
+          status = classic_status();
+          return status.contains("imports") && status.at("imports") == imports &&
+                 status.at("libraries").as_array().size() == libraries;
+        },
+        30s);
+    return status;
+  }
+  static std::set<std::string> names_in(const json::object& status) {
+    std::set<std::string> names;
+    if (const auto* libraries = status.if_contains("libraries"))
+      for (const auto& l : libraries->as_array()) names.insert(json::value_to<std::string>(l.at("library")));
+    return names;
+  }
+
+  // A glob entry served by the test worker, which takes any name.
+  static LibrarySpec any_name(const std::string& glob, std::vector<std::string> extra = {}, std::string more = {}) {
+    LibrarySpec spec;
+    spec.name = glob;
+    spec.command = {test_worker_binary(), "--name", "{library}"};
+    for (auto& arg : extra) spec.command.push_back(std::move(arg));
+    spec.extra_toml = std::move(more);
+    return spec;
+  }
+
+  std::uint16_t admin_port_ = 0;
+};
+
+// Issue 22's reproducer: one client names ten libraries through a glob entry whose worker takes any name,
+// with [gateway] max_workers = 8. The front holds at most max_imports (4 by default) at once, ending the one
+// used least recently for the next; those workers stop, the names leave /status, and an exact library still
+// imports for a JSON-RPC client. (Before, all eight workers stayed held for good, and it was at capacity.)
+TEST_F(ClassicLimitsTest, ImportsAreCappedAndLeaveWorkersForJsonRpcClients) {
+  auto exact = test_library("TestLibrary");
+  exact.extra_toml = "queue_timeout = \"3s\"\n";
+  GatewayOptions options;
+  options.extra_gateway_toml = "max_workers = 8\n";
+  start_with_status({exact, any_name("CalcX*", {}, "queue_timeout = \"3s\"\n")}, {}, options);
+
+  for (int i = 0; i < 10; ++i) {
+    const auto path = fmt::format("/CalcX{}", i);
+    const auto answer = post(path, kGetKeywordNames);
+    EXPECT_TRUE(contains(answer, ">Echo<") && !contains(answer, "<fault>")) << path << ": " << answer;
+  }
+  const auto status = status_eventually(4, 4);
+  EXPECT_EQ(status.at("imports"), 4) << status;
+  EXPECT_EQ(names_in(status), (std::set<std::string>{"CalcX6", "CalcX7", "CalcX8", "CalcX9"})) << status;
+  const auto pids = pids_eventually(R"(classic CalcX\d: imported library CalcX\d in worker pid (\d+))", 10);
+  ASSERT_EQ(pids.size(), 10u) << gateway().log_tail();
+  for (std::size_t i = 0; i < 6; ++i) EXPECT_TRUE(wait_pid_gone(pids[i], 30s)) << "the import of CalcX" << i;
+  for (std::size_t i = 6; i < 10; ++i) EXPECT_FALSE(pid_gone(pids[i])) << "the import of CalcX" << i;
+  EXPECT_TRUE(log_eventually("making room for an import of another library ([classic] max_imports)", 6));
+
+  auto [client, token] = session("TestLibrary");
+  RJG_ASSERT_KEYWORD_OK(client.run_keyword(token, "Echo", json::array{"room for JSON-RPC clients"}));
+  // And the classic names are served still, each making room in turn.
+  EXPECT_TRUE(contains(post("/CalcX0", kGetKeywordNames), ">Echo<"));
+}
+
+// An import that no call used for idle_timeout ends: its worker stops and the library leaves /status. One
+// that serves a call does not, however long the call takes; the next call imports afresh.
+TEST_F(ClassicLimitsTest, AnImportNoCallUsedForIdleTimeoutEnds) {
+  start_with_status(default_libraries(), "idle_timeout = \"1s\"\n");
+  const auto first = result_struct(run("/TestLibrary", "Get Pid")).at("return");
+  ASSERT_TRUE(first.is_int64()) << first;
+  const auto pid = remember_pid(static_cast<pid_t>(as_int(first)));
+  EXPECT_TRUE(wait_pid_gone(pid, 30s)) << gateway().log_tail();
+  const auto gone = status_eventually(0, 0);
+  EXPECT_EQ(gone.at("imports"), 0) << gone;
+  EXPECT_TRUE(gone.at("libraries").as_array().empty()) << gone;
+  EXPECT_TRUE(log_eventually("ending the import of library TestLibrary: no classic call used it for 1s ([classic] "
+                             "idle_timeout)"));
+
+  // A keyword longer than idle_timeout keeps its import: the idle clock runs only between calls.
+  const auto slept = run("/TestLibrary", "Sleep", {2.5});
+  EXPECT_EQ(result_struct(slept).at("status"), "PASS") << slept;
+  const auto again = result_struct(run("/TestLibrary", "Get Pid")).at("return");
+  ASSERT_TRUE(again.is_int64()) << again;
+  EXPECT_NE(again, first);
+  remember_pid(static_cast<pid_t>(as_int(again)));
+}
+
+// Names that fail to import are forgotten at once, and released ones once they end: the table (and /status)
+// does not grow with the distinct names clients try.
+TEST_F(ClassicLimitsTest, TheTableOfNamesDoesNotGrowWithFailedOrReleasedNames) {
+  start_with_status({test_library("TestLibrary"), any_name("BadX*", {"--fail-import"})}, "idle_timeout = \"1s\"\n");
+  for (int i = 0; i < 30; ++i) {
+    const auto path = fmt::format("/BadX{}", i);
+    const auto answer = post(path, kGetKeywordNames);
+    EXPECT_TRUE(contains(answer, "<fault>") && contains(answer, "simulated import failure")) << path << ": " << answer;
+  }
+  auto status = status_eventually(0, 0);
+  EXPECT_EQ(status.at("imports"), 0) << status;
+  EXPECT_TRUE(status.at("libraries").as_array().empty()) << status;
+
+  // Names that imported leave too, once their imports have ended.
+  EXPECT_TRUE(contains(post("/TestLibrary", kGetKeywordNames), ">Echo<"));
+  EXPECT_TRUE(log_eventually("ending the import of library TestLibrary"));
+  status = status_eventually(0, 0);
+  EXPECT_TRUE(status.at("libraries").as_array().empty()) << status;
+}
+
+// At the cap with every import serving a call, a call that needs another waits up to its library's
+// queue_timeout, then gets a fault naming the key to raise. Once the call ends, its import is the one ended
+// to make room.
+TEST_F(ClassicLimitsTest, AtTheCapWithEveryImportBusyACallWaitsThenGetsAFaultNamingTheKey) {
+  auto libraries = default_libraries();
+  libraries[1].extra_toml = "queue_timeout = \"2s\"\n";
+  start_with_status(libraries, "max_imports = 1\n");
+  const auto file = gateway().dir() / "go";
+  json::value waited;
+  std::thread busy([&] { waited = run("/TestLibrary", "Wait For File", {file.string(), 60.0}); });
+  const bool running = log_eventually("running keyword 'Wait For File'", 1, 30s);
+  const auto refused = run("/SecondLibrary", "Echo", {"no room"});
+  write_file(file, "go");
+  busy.join();
+  ASSERT_TRUE(running) << gateway().log_tail();
+  EXPECT_TRUE(contains(fault_of(refused), "[classic] max_imports = 1")) << refused;
+  EXPECT_TRUE(contains(fault_of(refused), "queue_timeout")) << refused;
+  EXPECT_EQ(result_struct(waited).at("status"), "PASS") << waited;
+
+  EXPECT_EQ(result_struct(run("/SecondLibrary", "Echo", {"room now"})).at("return"), "room now");
+  const auto status = status_eventually(1, 1);
+  EXPECT_EQ(names_in(status), std::set<std::string>{"SecondLibrary"}) << status;
+}
+
+// The imports the front makes for an address's calls count as its sessions (max_sessions_per_client), with
+// its JSON-RPC sessions: at the limit, neither front lets it hold more.
+TEST_F(ClassicLimitsTest, ImportsCountAsSessionsOfTheClientWhoseCallMadeThem) {
+  GatewayOptions options;
+  options.extra_gateway_toml = "max_sessions_per_client = 2\n";
+  start_with_status(default_libraries(), {}, options);
+  EXPECT_EQ(result_struct(run("/TestLibrary", "Echo", {"one"})).at("return"), "one");
+  auto [client, token] = session("TestLibrary");  // the second
+  const auto refused = run("/SecondLibrary", "Echo", {"three"});
+  EXPECT_TRUE(contains(fault_of(refused), "max_sessions_per_client = 2")) << refused;
+  EXPECT_TRUE(contains(fault_of(refused), "127.0.0.1")) << refused;
+  // An import held already serves it all the same.
+  EXPECT_EQ(result_struct(run("/TestLibrary", "Echo", {"held"})).at("return"), "held");
+
+  // Its JSON-RPC session ends: room for the classic import, after which a new session is refused.
+  client.close();
+  json::value made;
+  EXPECT_TRUE(eventually(
+      [&] {
+        made = run("/SecondLibrary", "Echo", {"now"});
+        return result_struct(made).if_contains("return") && result_struct(made).at("return") == "now";
+      },
+      30s, 200ms))
+      << made;
+  RpcClient refused_session = connect();
+  const auto closing = refused_session.read_message(20s);
+  ASSERT_TRUE(closing) << "no answer from the gateway";
+  EXPECT_EQ(closing->kind, Message::Kind::error_response);
+  EXPECT_TRUE(contains(closing->error_message(), "max_sessions_per_client")) << closing->error_message();
 }
 
 }  // namespace

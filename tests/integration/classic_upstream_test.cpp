@@ -135,15 +135,41 @@ TEST_F(ClassicUpstreamTest, KeywordsArgumentsResultsLogsAndFailures) {
   ASSERT_TRUE(missing.keyword_error()) << describe(missing);
 }
 
+// An answer beyond the bridge's limits fails that keyword with an error naming the server and the limit,
+// and the import goes on (issue 22: the bridge read answers of up to 128 MiB and built a tree of the
+// whole document before it looked at them).
+TEST_F(ClassicUpstreamTest, AnAnswerBeyondTheLimitsFailsItsKeywordNamingTheServerAndTheLimit) {
+  start_with_server({}, "max_answer_bytes = \"64KiB\"\n");
+  auto [client, token] = session("Classic");
+  const std::string server = "The classic remote server at http://127.0.0.1:" + read_file(port_file_);
+  auto message = [](const RpcReply& reply) {
+    return reply.keyword_error() ? json::value_to<std::string>(reply.keyword_error()->at("message"))
+                                 : "no keyword error: " + describe(reply);
+  };
+  const auto large = client.run_keyword(token, "big_text", {100'000});
+  const auto too_large = message(large);
+  EXPECT_TRUE(contains(too_large, server) && contains(too_large, "answered run_keyword with more than 65536 bytes") &&
+              contains(too_large, "max_answer_bytes"))
+      << too_large;
+  const auto deep = client.run_keyword(token, "nested", {100});
+  const auto too_deep = message(deep);
+  EXPECT_TRUE(contains(too_deep, server) && contains(too_deep, "arrays and structs nested deeper than the limit") &&
+              contains(too_deep, "max_answer_bytes = 65536"))
+      << too_deep;
+  // The import goes on, and answers within the limits pass.
+  EXPECT_EQ(keyword_value(client.run_keyword(token, "big_text", {1000})), json::value(std::string(1000, 'x')));
+  EXPECT_EQ(keyword_value(client.run_keyword(token, "nested", {3})), (json::array{json::array{json::array{json::array{}}}}));
+}
+
 TEST_F(ClassicUpstreamTest, AServerThatIsGoneGivesAnErrorNamingItAndTheSessionGoesOn) {
   start_with_server();
   auto [client, token] = session("Classic");
   EXPECT_EQ(keyword_value(client.run_keyword(token, "echo", {1})), 1);
   server_->kill_and_reap();
   const auto reply = client.run_keyword(token, "echo", {2});
-  EXPECT_EQ(reply.error_code(), protocol::kWorkerFailed) << describe(reply);
-  EXPECT_TRUE(contains(reply.error_message(), "The classic remote server at http://127.0.0.1:")) << describe(reply);
-  EXPECT_TRUE(contains(reply.error_message(), "cannot connect")) << describe(reply);
+  RJG_EXPECT_KEYWORD_FAILURE(reply, protocol::kWorkerFailed);
+  EXPECT_TRUE(contains(reply.failure_message(), "The classic remote server at http://127.0.0.1:")) << describe(reply);
+  EXPECT_TRUE(contains(reply.failure_message(), "cannot connect")) << describe(reply);
   // The session (and its other library) carry on.
   const auto other = open_library(client, "TestLibrary");
   EXPECT_EQ(keyword_value(client.run_keyword(other, "Echo", {"still here"})), "still here");

@@ -16,10 +16,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <thread>
 
 namespace rjg::test {
 namespace {
@@ -44,6 +46,7 @@ struct Settings {
   std::uint64_t max_header_bytes = 8 * kKiB;
   std::uint64_t max_pending_bytes = 16 * kMiB;
   std::uint64_t max_pending_requests = 64;
+  std::uint64_t max_body_bytes = 8 * kMiB;  // [classic]
   std::string write_timeout = "30s";
   bool defaults = true;  // the [gateway] defaults, but for write_timeout
 
@@ -68,6 +71,56 @@ std::uint64_t formula(const Settings& s, std::uint64_t connections, std::uint64_
   const std::uint64_t writing = W + (2 * C + 1) * (M + kKiB);
   const std::uint64_t per_worker = 2 * (H + M) + 2 * M + 64 * kKiB;
   return connections * (reading + pending + writing) + workers * per_worker;
+}
+
+// The README's worst case for one connection of the classic front (D = [classic] max_body_bytes), whose
+// keyword's result has `values` values, served by `workers` workers.
+std::uint64_t classic_formula(const Settings& s, std::uint64_t values, std::uint64_t workers) {
+  const std::uint64_t H = s.max_header_bytes, M = s.max_message_bytes, D = s.max_body_bytes;
+  const std::uint64_t reading = 12 * D;
+  const std::uint64_t answering = 12 * M + 160 * values;
+  const std::uint64_t per_worker = 2 * (H + M) + 2 * M + 64 * kKiB;
+  return reading + answering + workers * per_worker;
+}
+
+// The issue's amplification body: run_keyword with an array of empty values, `bytes` long. Each <value/>
+// is 8 bytes, so it has twice the values its size allows (one per 16 bytes).
+std::string amplification_body(std::uint64_t bytes) {
+  const std::string head = "<methodCall><methodName>run_keyword</methodName><params><param><value>Echo</value>"
+                           "</param><param><value><array><data>";
+  const std::string tail = "</data></array></value></param></params></methodCall>";
+  std::string body = head;
+  while (body.size() + 8 + tail.size() <= bytes) body += "<value/>";
+  return body + tail;
+}
+
+// One POST to the classic front on a connection of its own, and the whole answer (it closes).
+std::string classic_post(std::uint16_t port, const std::string& body, const std::string& path = "/TestLibrary") {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  timeval tv{60, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  std::string answer;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string request = fmt::format("POST {} HTTP/1.1\r\nHost: x\r\nContent-Type: text/xml\r\n"
+                                            "Content-Length: {}\r\nConnection: close\r\n\r\n",
+                                            path, body.size()) +
+                                body;
+    std::string_view left = request;
+    while (!left.empty()) {
+      const ssize_t n = ::send(fd, left.data(), left.size(), MSG_NOSIGNAL);
+      if (n <= 0) break;
+      left.remove_prefix(static_cast<std::size_t>(n));
+    }
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) answer.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return answer;
 }
 
 // A raw client socket that can send without ever reading. receive_buffer > 0 fixes the socket's
@@ -176,17 +229,27 @@ class MemoryTest : public GatewayTest, public ::testing::WithParamInterface<bool
     return s;
   }
 
-  void start_gateway(const Settings& s) {
+  void start_gateway(const Settings& s, bool classic = false) {
     GatewayOptions o;
     o.log_level = "info";
     o.extra_gateway_toml = s.toml();
+    if (classic) {
+      classic_port_ = free_port();
+      o.extra_toml = fmt::format("[classic]\nlisten = [\"tcp://127.0.0.1:{}\"]\nmax_body_bytes = {}\n", classic_port_,
+                                 s.max_body_bytes);
+    }
     start({test_library("TestLibrary")}, o);
+    if (classic) {
+      ASSERT_TRUE(eventually([&] { return can_connect(classic_port_); }, kBound)) << gateway().log_tail();
+    }
     baseline_ = proc_status_bytes(gateway().pid(), "VmRSS");
   }
 
-  void expect_peak_within(const Settings& s, std::uint64_t calls, std::uint64_t workers) {
+  // bound: the formula's worst case; by default that of one JSON-RPC connection.
+  void expect_peak_within(const Settings& s, std::uint64_t calls, std::uint64_t workers,
+                          std::optional<std::uint64_t> formula_bound = std::nullopt) {
     const std::uint64_t peak = proc_status_bytes(gateway().pid(), "VmHWM");
-    const std::uint64_t bound = formula(s, 1, calls, workers);
+    const std::uint64_t bound = formula_bound ? *formula_bound : formula(s, 1, calls, workers);
     ASSERT_GT(peak, 0u);
     if (const auto sanitizer = sanitizer_under_test(); !sanitizer.empty()) {
       // A sanitizer's allocator keeps what is freed (ASan's quarantine holds up to 256 MiB of freed blocks
@@ -212,7 +275,30 @@ class MemoryTest : public GatewayTest, public ::testing::WithParamInterface<bool
   }
 
   std::uint64_t baseline_ = 0;
+  std::uint16_t classic_port_ = 0;
 };
+
+// The classic front's amplification body (issue 22): 8 MB of 1,000,000 empty values. The whole document
+// used to be built into a tree first, about 100 bytes an element: 5 -> 213 MB for one such request.
+// Parsed straight into values, at most one per 16 bytes, it is refused at the 500,011th with a fault
+// naming the limits, and the peak stays within the README's formula for a classic connection.
+TEST_P(MemoryTest, ClassicAmplificationBodyIsRefusedWithinTheFormula) {
+  Settings s = settings();
+  if (!s.defaults) s.max_body_bytes = kMiB;
+  start_gateway(s, /*classic=*/true);
+  const std::string body = amplification_body(s.max_body_bytes - 1024);  // room for the headers
+  for (int i = 0; i < 4; ++i) {
+    const std::string answer = classic_post(classic_port_, body);
+    ASSERT_NE(answer.find("HTTP/1.1 200"), std::string::npos) << answer.substr(0, 300);
+    EXPECT_NE(answer.find("<fault>"), std::string::npos) << answer.substr(0, 1000);
+    EXPECT_NE(answer.find("more values than the limit: at most one value per 16 bytes of the document"),
+              std::string::npos)
+        << answer.substr(0, 1000);
+    EXPECT_NE(answer.find(fmt::format("[classic] max_body_bytes = {}", s.max_body_bytes)), std::string::npos)
+        << answer.substr(0, 1000);
+  }
+  expect_peak_within(s, 0, 0, classic_formula(s, 0, 0));
+}
 
 // A client that never reads while it sends 100 MiB of small requests that each get an answer: the
 // gateway stops reading from it once its answers fill the write queue (back-pressure, not buffering),
@@ -227,7 +313,8 @@ TEST_P(MemoryTest, NonReadingClientIsThrottledThenDisconnected) {
                         Clock::now() + kBound),
             RawClient::Sent::all);
 
-  // 1 MiB of run_keyword requests with a token nobody issued: each is answered -32011 at once.
+  // 1 MiB of run_keyword requests with a token nobody issued: each is answered at once (the keyword fails,
+  // UnknownLibraryToken).
   std::string chunk;
   for (int i = 0; chunk.size() < kMiB; ++i)
     chunk += request_frame(std::to_string(i), protocol::kRunKeyword,
@@ -291,13 +378,15 @@ TEST_P(MemoryTest, PipelinedLargeRequestsBeyondMaxPendingBytesAreRefused) {
     auto m = c.read_message(kBound);
     ASSERT_TRUE(m) << "only " << got_refused.size() << " of " << refused.size() << " refusals arrived";
     if (m->kind == Message::Kind::notification) continue;
-    ASSERT_EQ(m->kind, Message::Kind::error_response) << m->text().substr(0, 500);
-    EXPECT_EQ(m->error_code(), protocol::kAtCapacity);
-    EXPECT_NE(m->error_message().find("max_pending_bytes = " + std::to_string(s.max_pending_bytes)),
-              std::string::npos)
-        << m->error_message();
-    EXPECT_NE(m->error_message().find("bytes of"), std::string::npos) << m->error_message();
-    EXPECT_NE(m->error_message().find("Wait for answers"), std::string::npos) << m->error_message();
+    // The keyword's failure (GatewayAtCapacity), as a result: the session goes on.
+    ASSERT_EQ(m->kind, Message::Kind::response) << m->text().substr(0, 500);
+    const auto failure = keyword_failure_of(*m);
+    ASSERT_TRUE(failure) << m->text().substr(0, 500);
+    EXPECT_EQ(failure->type, protocol::keyword_error_type(protocol::kAtCapacity));
+    EXPECT_NE(failure->message.find("max_pending_bytes = " + std::to_string(s.max_pending_bytes)), std::string::npos)
+        << failure->message;
+    EXPECT_NE(failure->message.find("bytes of"), std::string::npos) << failure->message;
+    EXPECT_NE(failure->message.find("Wait for answers"), std::string::npos) << failure->message;
     got_refused.insert(std::stoi(std::string(m->id_text())));
   }
   EXPECT_EQ(got_refused, refused);
@@ -311,6 +400,7 @@ TEST_P(MemoryTest, PipelinedLargeRequestsBeyondMaxPendingBytesAreRefused) {
     ASSERT_TRUE(m) << "only " << answered.size() << " of " << admitted.size() << " answers arrived";
     if (m->kind == Message::Kind::notification) continue;
     ASSERT_EQ(m->kind, Message::Kind::response) << m->text().substr(0, 500);
+    EXPECT_FALSE(keyword_failure_of(*m)) << m->text().substr(0, 500);
     if (m->id_text() == "\"wait\"") {
       waited = true;
       continue;
@@ -385,9 +475,11 @@ TEST(OffloadTest, ARefusedLargeRequestLeavesNoVerdictBehind) {
   auto refused = c.read_message(kBound);
   while (refused && refused->kind == Message::Kind::notification) refused = c.read_message(kBound);  // its log
   ASSERT_TRUE(refused);
-  ASSERT_EQ(refused->kind, Message::Kind::error_response) << refused->text().substr(0, 300);
+  ASSERT_EQ(refused->kind, Message::Kind::response) << refused->text().substr(0, 300);
   EXPECT_EQ(refused->id_text(), "1");
-  EXPECT_EQ(refused->error_code(), protocol::kAtCapacity);
+  const auto failure = keyword_failure_of(*refused);
+  ASSERT_TRUE(failure) << refused->text().substr(0, 300);
+  EXPECT_EQ(failure->type, protocol::keyword_error_type(protocol::kAtCapacity)) << refused->text().substr(0, 300);
   write_file(gate, "");
   bool echoed = false, waited = false;
   while (!echoed || !waited) {
@@ -395,6 +487,7 @@ TEST(OffloadTest, ARefusedLargeRequestLeavesNoVerdictBehind) {
     ASSERT_TRUE(m) << gateway.log_tail();
     if (m->kind == Message::Kind::notification) continue;
     ASSERT_EQ(m->kind, Message::Kind::response) << m->text().substr(0, 300);
+    EXPECT_FALSE(keyword_failure_of(*m)) << m->text().substr(0, 300);
     if (m->id_text() == "2") {
       EXPECT_EQ(m->result().at("result"), json::value("b"));
       echoed = true;
@@ -402,6 +495,77 @@ TEST(OffloadTest, ARefusedLargeRequestLeavesNoVerdictBehind) {
       waited = true;
     }
   }
+  EXPECT_TRUE(gateway.running());
+}
+
+// A classic client's large bodies are read off the event loop, as large JSON frames are (issue 22: three
+// clients sending the amplification body for 15 s raised the keyword latency of the JSON-RPC sessions on
+// that loop from 4 ms to 1.9 s). With one loop, a JSON-RPC session runs keywords while such bodies arrive:
+// each gets the fault naming the limits, the log says each was read off the loop, a small request is read
+// on it, and the session's keywords all pass.
+TEST(ClassicOffloadTest, LargeBodiesAreReadOffTheLoopWhileAJsonRpcSessionGoesOn) {
+  ::signal(SIGPIPE, SIG_IGN);
+  const std::uint16_t port = free_port();
+  GatewayOptions o;
+  o.extra_gateway_toml = "threads = 1\n";
+  o.extra_toml = fmt::format("[classic]\nlisten = [\"tcp://127.0.0.1:{}\"]\n", port);
+  GatewayProcess gateway({test_library("TestLibrary")}, o);
+  gateway.start();
+  ASSERT_TRUE(eventually([&] { return can_connect(port); }, kBound)) << gateway.log_tail();
+  RpcClient c = gateway.connect(kBound);
+  c.set_timeout(kBound);
+  const std::string token = open_library(c, "TestLibrary");
+  constexpr std::string_view kOffLoop = "was read off the event loop";
+
+  const std::string body = amplification_body(8'000'000);
+  std::vector<std::string> answers(3);
+  std::atomic<bool> sent = false;
+  std::thread sender([&] {
+    for (auto& answer : answers) answer = classic_post(port, body);
+    sent = true;
+  });
+  // The session is used for as long as the bodies arrive, however long that is.
+  int keywords = 0;
+  do {
+    auto echo = c.run_keyword(token, "Echo", json::array{keywords});
+    EXPECT_TRUE(echo.ok() && echo.keyword_error() == nullptr) << describe(echo);
+    ++keywords;
+  } while (!sent);
+  sender.join();
+  for (const auto& answer : answers) {
+    EXPECT_NE(answer.find("more values than the limit: at most one value per 16 bytes of the document"),
+              std::string::npos)
+        << answer.substr(0, 1000);
+    EXPECT_NE(answer.find("[classic] max_body_bytes = 8388608"), std::string::npos) << answer.substr(0, 1000);
+  }
+  EXPECT_EQ(count_of(gateway.log(), kOffLoop), 3u) << gateway.log_tail();
+
+  // The issue's first body: 2,000,000 stray elements in 8 MB, refused where the first one stands.
+  std::string stray = "<methodCall><methodName>run_keyword</methodName><params><param>";
+  for (int i = 0; i < 2'000'000; ++i) stray += "<a/>";
+  stray += "</param></params></methodCall>";
+  const std::string refused = classic_post(port, stray);
+  EXPECT_NE(refused.find("line 1: &lt;param&gt; must hold exactly one &lt;value&gt;"), std::string::npos)
+      << refused.substr(0, 1000);
+  EXPECT_EQ(count_of(gateway.log(), kOffLoop), 4u) << gateway.log_tail();
+
+  // A small request is read on the loop, and answered as ever.
+  const std::string small = classic_post(
+      port, "<?xml version='1.0'?><methodCall><methodName>run_keyword</methodName><params><param><value><string>Echo"
+            "</string></value></param><param><value><array><data><value><string>small</string></value></data>"
+            "</array></value></param></params></methodCall>");
+  EXPECT_NE(small.find("<value><string>small</string></value>"), std::string::npos) << small.substr(0, 1000);
+  EXPECT_EQ(count_of(gateway.log(), kOffLoop), 4u) << gateway.log_tail();
+  // A large result is turned into XML-RPC off the loop too.
+  const std::string large = classic_post(
+      port, "<?xml version='1.0'?><methodCall><methodName>run_keyword</methodName><params><param><value><string>Big "
+            "Value</string></value></param><param><value><array><data><value><int>2000000</int></value></data>"
+            "</array></value></param></params></methodCall>");
+  EXPECT_NE(large.find("<value><string>" + std::string(2'000'000, 'x') + "</string></value>"), std::string::npos)
+      << large.substr(0, 1000);
+  EXPECT_EQ(count_of(gateway.log(), "was written off the event loop"), 1u) << gateway.log_tail();
+  auto echo = c.run_keyword(token, "Echo", json::array{"after"});
+  EXPECT_TRUE(echo.ok() && echo.keyword_error() == nullptr) << describe(echo);
   EXPECT_TRUE(gateway.running());
 }
 

@@ -1073,6 +1073,55 @@ command = ["e"]
   EXPECT_EQ(load("[gateway]\nmax_workers = 0\n" + std::string(kMinimal) + "prewarm = 64\n").libraries[0].prewarm, 64u);
 }
 
+// [classic] max_imports and idle_timeout; what classic clients may hold leaves every capped pool room for
+// JSON-RPC clients, and the check names both keys.
+TEST_F(ConfigTest, ClassicImportsLeaveRoomForJsonRpcClients) {
+  const std::string classic = "[classic]\nlisten = [\"tcp://127.0.0.1:8270\"]\n";
+  EXPECT_EQ(rjg::config::Classic{}.max_imports, 4u);
+  EXPECT_EQ(rjg::config::Classic{}.idle_timeout, Duration(300'000));
+  auto config = load(classic + "max_imports = 2\nidle_timeout = \"30s\"\n" + kMinimal);
+  EXPECT_EQ(config.classic.max_imports, 2u);
+  EXPECT_EQ(config.classic.idle_timeout, Duration(30'000));
+  EXPECT_EQ(load(classic + "idle_timeout = 0\n" + kMinimal).classic.idle_timeout, Duration(0));  // never
+  expect_one_problem(classic + "idle_timeout = \"10ms\"\n" + kMinimal, 3, {"classic.idle_timeout", "unit mistake"});
+  expect_one_problem(classic + "max_imports = 0\n" + kMinimal, 3, {"classic.max_imports"});
+
+  // The gateway-wide cap: classic imports alone must not reach it.
+  expect_one_problem("[gateway]\nmax_workers = 4\n" + classic + kMinimal, 3,
+                     {"'classic.max_imports' = 4 (the default)", "'[gateway] max_workers' = 4", "JSON-RPC"});
+  expect_one_problem("[gateway]\nmax_workers = 4\n" + classic + "max_imports = 6\n" + kMinimal, 5,
+                     {"'classic.max_imports' = 6", "'[gateway] max_workers' = 4"});
+  EXPECT_EQ(load("[gateway]\nmax_workers = 4\n" + classic + "max_imports = 3\n" + kMinimal).classic.max_imports, 3u);
+  EXPECT_EQ(load("[gateway]\nmax_workers = 0\n" + classic + kMinimal).gateway.max_workers, 0u);  // no cap
+  // Without the front nothing is held for classic clients: no check.
+  EXPECT_EQ(load("[gateway]\nmax_workers = 1\n" + std::string(kMinimal)).gateway.max_workers, 1u);
+
+  // A library's own cap: its classic_instances must stay below it.
+  expect_one_problem(classic + kMinimal + "max_workers = 2\nclassic_instances = 2\n", 8,
+                     {"'library[0].classic_instances' = 2", "'library[0].max_workers' = 2", "\"Calculator\""});
+  expect_one_problem(classic + kMinimal + "max_workers = 1\n", 7,
+                     {"'library[0].classic_instances' = 1", "'library[0].max_workers' = 1", "0: not served"});
+  // From [defaults], the key is named where it is set.
+  expect_one_problem(classic + "[defaults]\nmax_workers = 1\n" + kMinimal, 4,
+                     {"'library[0].classic_instances' = 1", "'defaults.max_workers' = 1"});
+  EXPECT_EQ(load(classic + kMinimal + "max_workers = 3\nclassic_instances = 2\n").libraries[0].classic_instances, 2u);
+  // 0: not served to classic clients, so nothing is taken from the pool.
+  EXPECT_EQ(load(classic + kMinimal + "max_workers = 1\nclassic_instances = 0\n").libraries[0].classic_instances, 0u);
+  // Shared workers serve several imports each: room is counted in imports.
+  EXPECT_EQ(load(classic + kMinimal + "isolation = \"shared\"\nmax_workers = 1\n").libraries[0].max_workers, 1u);
+  expect_one_problem(classic + kMinimal + "isolation = \"shared\"\nmax_workers = 1\nmax_imports_per_worker = 1\n", 8,
+                     {"'library[0].max_workers' = 1 shared workers", "'library[0].max_imports_per_worker' = 1"});
+  // More instances than the front may hold at all can never be reached.
+  expect_one_problem(classic + "max_imports = 2\n" + kMinimal + "classic_instances = 3\n", 8,
+                     {"'library[0].classic_instances' = 3", "'classic.max_imports' = 2", "never be reached"});
+
+  // A glob entry: each name classic clients call holds imports of its own, up to max_imports together.
+  const std::string glob = "[[library]]\nname = \"Lab*\"\ncommand = [\"/opt/lab/bin/serve\", \"{library}\"]\n";
+  expect_one_problem(classic + glob + "max_workers = 4\n", 6,
+                     {"'classic.max_imports' = 4 (the default)", "'library[0].max_workers' = 4", "glob entry \"Lab*\""});
+  EXPECT_EQ(load(classic + "max_imports = 3\n" + glob + "max_workers = 4\n").libraries[0].max_workers, 4u);
+}
+
 // prewarm_import: off unless set; a library's own value wins over [defaults].
 TEST_F(ConfigTest, PrewarmImportIsOffByDefaultAndInherits) {
   EXPECT_FALSE(load(kMinimal).libraries[0].prewarm_import);
@@ -1458,6 +1507,9 @@ TEST_F(ConfigTest, EveryDefaultInTheReferenceIsTheDefault) {
       const auto admin = "[admin]\nlisten = [\"tcp://127.0.0.1:9271\"]\n" + std::string(kMinimal);
       EXPECT_EQ(load("[admin]\nlisten = [\"tcp://127.0.0.1:9271\"]\n" + key + " = " + value + "\n" + kMinimal).admin,
                 load(admin).admin);
+    } else if (table.starts_with("### `[classic]`")) {
+      const std::string classic = "[classic]\nlisten = [\"tcp://127.0.0.1:8270\"]\n";
+      EXPECT_EQ(load(classic + key + " = " + value + "\n" + kMinimal).classic, load(classic + kMinimal).classic);
     } else {
       ADD_FAILURE() << "a default in an unexpected table";
     }
@@ -1617,6 +1669,7 @@ name = "Bench"
 upstream = "http://bench-pc-7:8270/Instruments"
 connect_timeout = "2.5s"
 isolation = "shared"
+max_answer_bytes = "32MiB"
 [[library]]
 name = "Lab*"
 upstream = "http://lab:8270/{library}"
@@ -1627,10 +1680,29 @@ upstream = "http://lab:8270/{library}"
   EXPECT_EQ(bench.isolation, rjg::config::Isolation::shared);
   EXPECT_EQ(bench.classic_upstream, "http://bench-pc-7:8270/Instruments");
   EXPECT_EQ(bench.command, (std::vector<std::string>{"robot-classic-bridge", "--url", "http://bench-pc-7:8270/Instruments",
-                                                     "--name", "Bench", "--connect-timeout", "2.5"}));
+                                                     "--name", "Bench", "--connect-timeout", "2.5", "--max-bytes",
+                                                     "33554432"}));
   const auto lab = rjg::config::concrete(config.libraries.at(1), "Lab3");
   EXPECT_EQ(lab.command.at(2), "http://lab:8270/Lab3");
   EXPECT_EQ(lab.command.at(4), "Lab3");
+  EXPECT_EQ(lab.command.back(), "16777216");  // max_answer_bytes' default: 16 MiB
+}
+
+TEST_F(ConfigTest, ClassicBodiesAndAnswersHaveLimitsOfTheirOwn) {
+  auto config = load(R"([classic]
+listen = ["tcp://127.0.0.1:8270"]
+max_body_bytes = "1MiB"
+[[library]]
+name = "A"
+command = ["robot-example-calculator"]
+)");
+  EXPECT_EQ(config.classic.max_body_bytes, 1024u * 1024);
+  EXPECT_EQ(rjg::config::Classic{}.max_body_bytes, 8u * 1024 * 1024);
+  expect_one_problem("[classic]\nlisten = [\"tcp://127.0.0.1:8270\"]\nmax_body_bytes = 8000\n[[library]]\nname = \"A\"\n"
+                     "command = [\"x\"]\n",
+                     3, {"max_body_bytes", "less than 64KiB"});
+  expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"http://h:1\"\nmax_answer_bytes = 0\n", 4,
+                     {"max_answer_bytes", "at least 64KiB"});
 }
 
 TEST_F(ConfigTest, UpstreamMistakesAreNamed) {

@@ -5,9 +5,52 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <iostream>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <new>
 #include <string>
+
+// Every allocation of this test program is counted (bytes asked for, not pages), so that a test can say how
+// much a parse held at its peak, exactly and on any machine. Each block carries its size in front of it.
+namespace {
+constexpr std::size_t kHeader = alignof(std::max_align_t);
+std::atomic<std::size_t> g_live{0}, g_peak{0};
+
+void* counted_new(std::size_t n) {
+  void* block = std::malloc(n + kHeader);
+  if (!block) throw std::bad_alloc();
+  *static_cast<std::size_t*>(block) = n;
+  const std::size_t live = g_live += n;
+  for (std::size_t peak = g_peak; live > peak && !g_peak.compare_exchange_weak(peak, live);) {
+  }
+  return static_cast<char*>(block) + kHeader;
+}
+void counted_delete(void* p) noexcept {
+  if (!p) return;
+  void* block = static_cast<char*>(p) - kHeader;
+  g_live -= *static_cast<std::size_t*>(block);
+  std::free(block);
+}
+
+// The most the code in `f` held at once beyond what was live before it.
+template <class F>
+std::size_t peak_bytes(F&& f) {
+  const std::size_t before = g_live;
+  g_peak = before;
+  f();
+  return g_peak - before;
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return counted_new(n); }
+void* operator new[](std::size_t n) { return counted_new(n); }
+void operator delete(void* p) noexcept { counted_delete(p); }
+void operator delete[](void* p) noexcept { counted_delete(p); }
+void operator delete(void* p, std::size_t) noexcept { counted_delete(p); }
+void operator delete[](void* p, std::size_t) noexcept { counted_delete(p); }
 
 namespace {
 
@@ -221,11 +264,109 @@ TEST(XmlRpc, LimitsHold) {
   std::string many = "<methodCall><methodName>m</methodName><params><param><value><array><data>";
   for (int i = 0; i < 10; ++i) many += "<value>x</value>";
   many += "</data></array></value></param></params></methodCall>";
-  expect_refused(many, "more values than the limit", roomy);
-  // A million nested elements end at the depth limit, not in a stack overflow.
-  std::string nested = "<methodCall>";
-  for (int i = 0; i < 200000; ++i) nested += "<a>";
-  expect_refused(nested, "nesting deeper than the limit");
+  expect_refused(many, "more values than the limit of 5", roomy);
+  // 200,000 nested arrays end at the depth limit, not in a stack overflow.
+  std::string nested = "<methodCall><methodName>m</methodName><params><param>";
+  for (int i = 0; i < 200000; ++i) nested += "<value><array><data>";
+  expect_refused(nested, "line 1: arrays and structs nested deeper than the limit");
+}
+
+// A call whose one param is an array of `items` empty values, padded with layout to `bytes` bytes.
+std::string empty_values(std::size_t items, std::size_t bytes = 0) {
+  std::string d = "<methodCall><methodName>m</methodName><params><param><value><array><data>";
+  for (std::size_t i = 0; i < items; ++i) d += "<value/>";
+  const std::string end = "</data></array></value></param></params></methodCall>";
+  if (d.size() + end.size() < bytes) d.append(bytes - d.size() - end.size(), ' ');
+  return d + end;
+}
+
+TEST(XmlRpc, ValuesAreCappedByTheDocumentsSize) {
+  // 1000 items and their array: 1001 values, so 16,016 bytes may hold them and 16,015 may not.
+  const Call call = parse_call(empty_values(1000, 16 * 1001));
+  ASSERT_EQ(call.params.size(), 1u);
+  EXPECT_EQ(call.params[0].as<Array>().size(), 1000u);
+  expect_refused(empty_values(1000, 16 * 1001 - 1),
+                 "line 1: more values than the limit: at most one value per 16 bytes of the document, 1000 here");
+  // The ratio is a Limit: 0 turns it off, leaving max_values.
+  Limits no_ratio;
+  no_ratio.bytes_per_value = 0;
+  EXPECT_EQ(parse_call(empty_values(1000), no_ratio).params[0].as<Array>().size(), 1000u);
+  no_ratio.max_values = 1000;
+  expect_refused(empty_values(1000), "more values than the limit of 1000", no_ratio);
+  // What Python's xmlrpc.client writes always fits: at least 21 bytes a value.
+  Array many(5000, Value(Nil{}));
+  EXPECT_EQ(parse_call(write_call("m", {Value(many)})).params[0], Value(many));
+  EXPECT_EQ(parse_response(write_response(Value(Array(5000, Value(Array{}))))).value.as<Array>().size(), 5000u);
+}
+
+// The reproducer: 2,000,000 empty elements in 8 MB were all built into a tree (213 MB) before
+// the document was refused. Now the first misplaced element ends the parse.
+TEST(XmlRpc, AMisplacedElementIsRefusedWhereItStands) {
+  std::string stray = "<methodCall><methodName>run_keyword</methodName><params><param>";
+  for (int i = 0; i < 2'000'000; ++i) stray += "<a/>";
+  stray += "</param></params></methodCall>";
+  std::size_t held = peak_bytes([&] { expect_refused(stray, "line 1: <param> must hold exactly one <value>"); });
+  EXPECT_LT(held, 64u * 1024) << "held " << held << " bytes for a document refused at its 5th element";
+  std::string stray_values = "<methodCall><methodName>m</methodName><params><param><value><array><data>";
+  for (int i = 0; i < 1000; ++i) stray_values += "<value/><a/>";
+  stray_values += "</data></array></value></param></params></methodCall>";
+  expect_refused(stray_values, "line 1: expected <value>, found <a>");
+}
+
+// What a parse holds at its peak is a small multiple of the document, whatever its shape: values at the
+// cap, struct members, one long string, base64, nested arrays. (Counted in bytes allocated, not pages.)
+TEST(XmlRpc, AParseHoldsASmallMultipleOfTheDocument) {
+  auto call_of = [](const std::string& param) {
+    return "<methodCall><methodName>m</methodName><params><param>" + param + "</param></params></methodCall>";
+  };
+  std::string members = "<value><struct>";
+  for (int i = 0; i < 100'000; ++i) members += "<member><name/><value/></member>";
+  members += "</struct></value>";
+  std::string nested = "<value><array><data>";
+  for (int i = 0; i < 100'000; ++i) nested += "<value><array><data/></array></value>";
+  nested += "</data></array></value>";
+  const std::pair<const char*, std::string> cases[] = {
+      {"empty values at the cap", empty_values(200'000, 16 * 200'001)},
+      {"struct members", call_of(members)},
+      {"one long string", call_of("<value><string>" + std::string(4'000'000, 'x') + "</string></value>")},
+      {"base64", call_of("<value><base64>" + std::string(4'000'000, 'A') + "</base64></value>")},
+      {"empty arrays", call_of(nested)},
+  };
+  for (const auto& [what, document] : cases) {
+    Call call;
+    const std::size_t held = peak_bytes([&] { call = parse_call(document); });
+    EXPECT_LE(held, 8 * document.size()) << what << ": held " << held << " bytes for a document of "
+                                         << document.size();
+    std::cerr << what << ": " << document.size() << " bytes held " << held << " (" << double(held) / document.size()
+              << "x)\n";
+  }
+}
+
+TEST(XmlRpc, ShapesAreCheckedAsTheElementsArrive) {
+  expect_refused("<methodCall><methodName>m</methodName><params><param><value> x <int>1</int></value></param>"
+                 "</params></methodCall>",
+                 "<value> mixes text and elements");
+  expect_refused("<methodCall><methodName>m</methodName><params><param><value><int>1</int> x</value></param>"
+                 "</params></methodCall>",
+                 "<value> mixes text and elements");
+  expect_refused("<methodCall><methodName>m<x/></methodName></methodCall>", "<methodName> holds elements");
+  expect_refused("<methodCall><methodName>m</methodName><methodName>n</methodName></methodCall>",
+                 "<methodCall> holds an unexpected <methodName>");
+  expect_refused("<methodCall><methodName>m</methodName><params><param><value><array><data/><data/></array>"
+                 "</value></param></params></methodCall>",
+                 "<array> must hold exactly one <data>");
+  // A member's name may follow its value, as before.
+  const Call call = parse_call("<methodCall><methodName>m</methodName><params><param><value><struct><member>"
+                               "<value><int>7</int></value><name>n</name></member></struct></value></param></params>"
+                               "</methodCall>");
+  EXPECT_EQ(*call.params[0].member("n"), Value(7));
+  try {
+    parse_response("<methodResponse><params><param><value/></param><param><value/></param></params>"
+                   "</methodResponse>");
+    ADD_FAILURE() << "two params in a response were accepted";
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("<params> must hold exactly one <param>"), std::string::npos) << e.what();
+  }
 }
 
 TEST(XmlRpc, NanAndInfinityAreNumbersAsPythonWritesThem) {

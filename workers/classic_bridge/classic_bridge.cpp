@@ -55,6 +55,11 @@ using namespace std::chrono_literals;
 struct TransportError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// The server answered, beyond what the bridge takes in one answer (its bytes, values or nesting): what()
+// says so, naming the server and the limit. Not a broken server: its import stays usable.
+struct LimitExceeded : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 class XmlRpcServer {
  public:
@@ -63,8 +68,9 @@ class XmlRpcServer {
 
   const std::string& url() const { return address_.text; }
 
-  // One call on a connection of its own. A fault is an answer (Response::is_fault); anything else that
-  // goes wrong throws TransportError.
+  // One call on a connection of its own. A fault is an answer (Response::is_fault); an answer beyond the
+  // limits throws LimitExceeded, anything else that goes wrong TransportError. An answer is parsed straight
+  // into its values, at most one per 16 bytes of it, so it holds a small multiple of max_bytes at most.
   xmlrpc::Response call(std::string_view method, const xmlrpc::Array& params) {
     asio::io_context io;
     boost::system::error_code ec;
@@ -96,16 +102,24 @@ class XmlRpcServer {
     parser.body_limit(max_bytes_);
     http::read(stream, buffer, parser, ec);
     if (ec == http::error::body_limit)
-      throw TransportError(fmt::format("its answer to {} is larger than {} bytes", method, max_bytes_));
+      throw LimitExceeded(fmt::format("The classic remote server at {} answered {} with more than {} bytes, the most "
+                                      "the bridge reads of one answer (the library's max_answer_bytes). Raise "
+                                      "max_answer_bytes if its answers are that large.",
+                                      url(), method, max_bytes_));
     if (ec) throw TransportError(fmt::format("reading its answer to {} failed: {}", method, ec.message()));
     const auto& response = parser.get();
     if (response.result() != http::status::ok)
       throw TransportError(fmt::format("it answered {} with HTTP {} {}", method, response.result_int(),
                                        std::string_view(response.reason().data(), response.reason().size())));
+    xmlrpc::Limits limits;
+    limits.max_bytes = max_bytes_;
     try {
-      xmlrpc::Limits limits;
-      limits.max_bytes = max_bytes_;
       return xmlrpc::parse_response(response.body(), limits);
+    } catch (const xmlrpc::LimitError& e) {
+      throw LimitExceeded(fmt::format("The classic remote server at {} answered {} beyond what the bridge takes in "
+                                      "one answer: {}. An answer holds at most max_answer_bytes = {} bytes, at most "
+                                      "one value per {} bytes of it, and arrays and structs nested at most {} deep.",
+                                      url(), method, e.what(), max_bytes_, limits.bytes_per_value, limits.max_depth));
     } catch (const xmlrpc::ParseError& e) {
       throw TransportError(fmt::format("its answer to {} is not XML-RPC: {}", method, e.what()));
     }
@@ -336,6 +350,9 @@ json::value run_keyword(XmlRpcServer& server, sdk::Call& call) {
     answer = server.call("run_keyword", params);
   } catch (const TransportError& e) {
     throw unreachable(server, e);
+  } catch (const LimitExceeded& e) {
+    // The keyword ran; its answer cannot be taken. It fails, and the import goes on.
+    throw sdk::KeywordError(e.what(), "RuntimeError");
   }
   // As Robot's Remote library: a fault fails the keyword with its text.
   if (answer.is_fault) throw sdk::KeywordError(answer.fault.message, "RuntimeError");
@@ -370,7 +387,7 @@ struct Options {
   std::optional<rjg::config::UpstreamAddress> url;
   std::string name = "Remote";
   std::chrono::milliseconds connect_timeout = 10s;
-  std::size_t max_bytes = 128u * 1024 * 1024;
+  std::size_t max_bytes = 16u * 1024 * 1024;  // the gateway passes the library's max_answer_bytes
 };
 
 int usage(const char* program, std::string_view problem) {
@@ -381,7 +398,7 @@ int usage(const char* program, std::string_view problem) {
                "  --url URL                 the classic remote server (no path: /RPC2, as Python's client posts)\n"
                "  --name NAME               the library's name in its definition (default Remote)\n"
                "  --connect-timeout SECONDS how long a connection to the server may take (default 10)\n"
-               "  --max-bytes N             the largest answer read from the server (default 128 MiB)\n"
+               "  --max-bytes N             the largest answer read from the server (default 16 MiB)\n"
                "%s",
                program, sdk::serve_usage(program).c_str());
   return 2;
@@ -443,6 +460,8 @@ int main(int argc, char** argv) {
       context.extra_result["definition"] = definition(options.name, fetch_information(server));
     } catch (const TransportError& e) {
       throw unreachable(server, e);
+    } catch (const LimitExceeded& e) {
+      throw sdk::RpcError(protocol::kWorkerFailed, e.what());
     }
   });
   library.dynamic_keywords([&](sdk::Call& call) { return run_keyword(server, call); });
