@@ -167,7 +167,7 @@ TEST_F(AnsibleTest, AKeywordTimeoutLeavesNoModuleRunning) {
     seen = seen || !processes_with(sleep).empty();
   const auto reply = call.get();
   ASSERT_TRUE(seen) << "ansible did not start the module within keyword_timeout: " << describe(reply);
-  RJG_ASSERT_ERROR(reply, protocol::kWorkerTimeout);
+  RJG_ASSERT_KEYWORD_FAILURE(reply, protocol::kWorkerTimeout);
   EXPECT_TRUE(eventually([&] { return processes_with(sleep).empty(); }, 30s))
       << "still running: " << proc_cmdline(processes_with(sleep).front());
   for (pid_t worker : started_pids("Ansible")) EXPECT_TRUE(wait_pid_gone(worker, 30s)) << proc_cmdline(worker);
@@ -213,6 +213,119 @@ TEST_F(AnsibleTest, BadImportsAndModulesOutsideTheAllowListAreRefusedClearly) {
   RJG_ASSERT_ERROR(proxy, protocol::kInvalidParams);
   EXPECT_TRUE(contains(proxy.error_message(), "--allow")) << describe(proxy);
   EXPECT_EQ(count_of(gateway().log(), kRunLine), 0u);
+}
+
+// The red team's finding: with --allow ping --allow file, Gather Facts (then always allowed) handed out the
+// worker's environment. Under an allow-list it is now the module setup like any other: refused before
+// anything runs, naming the option that allows it.
+TEST_F(AnsibleTest, UnderAnAllowListGatherFactsNeedsSetup) {
+  start({ansible_library("Restricted", {"--allow", "ping", "--allow", "file"})});
+  auto client = connect();
+  const auto token = open_library(client, "Restricted");
+  const auto facts = client.run_keyword(token, "Gather Facts");
+  ASSERT_TRUE(facts.ok()) << describe(facts);
+  EXPECT_EQ(failure(facts),
+            "Library 'Ansible', keyword 'Gather Facts': facts are gathered by the module 'setup', which is not "
+            "allowed here: this worker runs only the modules given with --allow (ping, file). Ask the gateway's "
+            "operator to add --allow setup to the library's command to gather facts.");
+  const auto setup = client.run_keyword(token, "Run Action", {"setup"});
+  EXPECT_TRUE(contains(failure(setup), "add --allow setup")) << describe(setup);
+  EXPECT_EQ(count_of(gateway().log(), kRunLine), 0u);
+}
+
+// With --allow copy, copy's validate= ran any program (a command run on the file before it is written):
+// the allow-list did not confine the client. Such options are now refused before anything runs, naming the
+// flag that accepts them, and run once the operator gives it. setup's fact_path= (a directory whose
+// executables run) and a git repo that git reads as --upload-pack are refused the same way.
+TEST_F(AnsibleTest, UnderAnAllowListOptionsThatRunProgramsNeedTheirOwnFlag) {
+  start({ansible_library("Copy", {"--allow", "copy", "--allow", "setup", "--allow", "git"}),
+         ansible_library("CopyValidated", {"--allow", "copy", "--allow-option", "copy.validate"})});
+  TempDir dir("rjg-ansible-validate");
+  const auto marker = dir.path() / "marker";
+  const auto dest = dir.path() / "copied";
+  const json::object copy{{"dest", dest.string()},
+                          {"content", "x\n"},
+                          {"validate", fmt::format("/usr/bin/touch {} %s", marker.string())}};
+  auto client = connect();
+
+  const auto restricted = open_library(client, "Copy");
+  const auto refused = client.run_keyword(restricted, "Run Action", {"copy"}, copy);
+  ASSERT_TRUE(refused.ok()) << describe(refused);
+  EXPECT_EQ(failure(refused),
+            "Library 'Ansible', keyword 'Run Action': option 'validate' of module 'copy' runs the command it names on "
+            "the file (%s) before the file is written. This worker runs only the modules given with --allow, whose "
+            "clients do not choose programs to run: leave the option out, or ask the gateway's operator to add "
+            "--allow-option copy.validate to the library's command.");
+  const auto facts = client.run_keyword(restricted, "Run Action", {"setup"}, {{"fact_path", dir.path().string()}});
+  EXPECT_TRUE(contains(failure(facts), "add --allow-option setup.fact_path")) << describe(facts);
+  const auto git = client.run_keyword(restricted, "Run Action", {"ansible.builtin.git"},
+                                      {{"repo", fmt::format("--upload-pack=/usr/bin/touch {}", marker.string())},
+                                       {"dest", (dir.path() / "clone").string()}});
+  EXPECT_TRUE(contains(failure(git), "option 'repo' of module 'ansible.builtin.git' begins with '-'")) << describe(git);
+  EXPECT_FALSE(fs::exists(marker));
+  EXPECT_FALSE(fs::exists(dest));
+  EXPECT_EQ(count_of(gateway().log(), kRunLine), 0u);
+
+  const auto validated = client.run_keyword(open_library(client, "CopyValidated"), "Run Action", {"copy"}, copy);
+  RJG_ASSERT_KEYWORD_OK(validated);
+  EXPECT_EQ(keyword_value(validated).at("changed"), true) << describe(validated);
+  EXPECT_TRUE(fs::exists(marker));
+  EXPECT_TRUE(fs::exists(dest));
+  EXPECT_TRUE(log_eventually("clients may give copy.validate (--allow-option), which otherwise is refused"))
+      << gateway().log_tail();
+}
+
+// Facts leave out the environment they were gathered in, which on a local connection is the worker's: the
+// library's env table and all the gateway inherited. Whichever way setup runs, and however the client asks
+// for env; the worker's --facts-env gives it back.
+TEST_F(AnsibleTest, FactsCarryNoEnvironmentUnlessTheWorkerIsToldTo) {
+  const auto library_secret = fmt::format("rjg-library-secret-{}", ::getpid());
+  const auto gateway_secret = fmt::format("rjg-gateway-secret-{}", ::getpid());
+  auto facts = ansible_library("Facts", {"--allow", "ping", "--allow", "ansible.builtin.setup"});
+  facts.env["RJG_LAB_TOKEN"] = library_secret;
+  auto with_env = ansible_library("FactsWithEnv", {"--facts-env"});
+  with_env.env["RJG_LAB_TOKEN"] = library_secret;
+  GatewayOptions options;
+  options.env["RJG_GATEWAY_TOKEN"] = gateway_secret;
+  start({facts, with_env}, options);
+  auto client = connect();
+
+  std::vector<std::string> logs;
+  const auto collect = [&](const Message& m) { logs.push_back(json::value_to<std::string>(m.params().at("message"))); };
+  const auto no_secret = [&](const RpcReply& reply) {
+    // The answer as it came over the socket, and every log line the keyword sent.
+    const auto text = reply.text + fmt::format("{}", fmt::join(logs, "\n"));
+    return !contains(text, library_secret) && !contains(text, gateway_secret);
+  };
+  const auto token = open_library(client, "Facts");
+  const auto gathered = client.run_keyword(token, "Gather Facts", {}, {}, collect);
+  RJG_ASSERT_KEYWORD_OK(gathered);
+  const auto values = keyword_value(gathered).as_object();
+  EXPECT_EQ(values.at("ansible_system"), "Linux") << describe(gathered);
+  EXPECT_TRUE(values.contains("ansible_user_dir")) << describe(gathered);  // from the password database: kept
+  EXPECT_FALSE(values.contains("ansible_env")) << describe(gathered);
+  EXPECT_TRUE(no_secret(gathered)) << gathered.text;
+
+  // Run Action setup asking for env alone (setup's gather_subset takes a comma-separated text too).
+  logs.clear();
+  const auto asked = client.run_keyword(token, "Run Action", {"setup"}, {{"gather_subset", "!all,!min,env"}}, collect);
+  RJG_ASSERT_KEYWORD_OK(asked);
+  ASSERT_TRUE(keyword_value(asked).as_object().contains("ansible_facts")) << describe(asked);
+  EXPECT_FALSE(keyword_value(asked).at("ansible_facts").as_object().contains("ansible_env")) << describe(asked);
+  EXPECT_TRUE(no_secret(asked)) << asked.text;
+  bool told = false;
+  for (const auto& line : logs) told = told || contains(line, "ansible_env is left out of the facts of host localhost");
+  EXPECT_TRUE(told) << fmt::format("{}", fmt::join(logs, "\n"));
+
+  const auto opened = open_library(client, "FactsWithEnv");
+  const auto full = client.run_keyword(opened, "Gather Facts");
+  RJG_ASSERT_KEYWORD_OK(full);
+  const auto with_facts = keyword_value(full).as_object();
+  const auto* env = with_facts.if_contains("ansible_env");
+  ASSERT_TRUE(env && env->is_object()) << describe(full);
+  EXPECT_EQ(env->as_object().at("RJG_LAB_TOKEN"), json::value(library_secret));
+  EXPECT_EQ(env->as_object().at("RJG_GATEWAY_TOKEN"), json::value(gateway_secret));
+  EXPECT_EQ(count_of(gateway().log(), kRunLine), 3u);
 }
 
 }  // namespace

@@ -21,6 +21,8 @@ std::string refusal(const std::function<void()>& f) {
   return "(not refused)";
 }
 
+bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
+
 TEST(AnsibleImport, ALocalConnectionByDefaultOnAnsiblesOwnPython) {
   const auto target = parse_import(kImport, {}, {}, false, "/usr/bin/python3");
   EXPECT_EQ(target.vars.at("ansible_connection"), "local");
@@ -211,6 +213,120 @@ TEST(AnsibleResults, ResultsWarningsAndFailures) {
 
   EXPECT_NE(refusal([] { parse_outcome("not json"); }).find("not JSON"), std::string::npos);
   EXPECT_NE(refusal([] { parse_outcome(R"({"result": {}})"); }).find("no status"), std::string::npos);
+}
+
+TEST(AnsibleResults, FactsLoseTheEnvironmentWhereverTheyAre) {
+  // setup's answer, a loop's, and a result without facts.
+  auto facts = json::parse(R"({"changed": false, "ansible_facts": {"ansible_env": {"TOKEN": "s3cret"},
+      "ansible_user_dir": "/home/lab", "ansible_system": "Linux"}})").as_object();
+  EXPECT_TRUE(drop_environment(facts));
+  EXPECT_EQ(json::value(facts),
+            json::parse(R"({"changed": false, "ansible_facts": {"ansible_user_dir": "/home/lab", "ansible_system": "Linux"}})"));
+  auto looped = json::parse(R"({"results": [{"ansible_facts": {"ansible_env": {}}}, {"rc": 0}],
+      "nested": {"ansible_facts": {"ansible_env": {"A": "b"}, "x": 1}}})").as_object();
+  EXPECT_TRUE(drop_environment(looped));
+  EXPECT_EQ(json::value(looped), json::parse(R"({"results": [{"ansible_facts": {}}, {"rc": 0}],
+      "nested": {"ansible_facts": {"x": 1}}})"));
+  // Only facts lose it: a module's own output named so stays.
+  auto plain = json::parse(R"({"ansible_env": "mine", "stdout": "TOKEN=s3cret"})").as_object();
+  EXPECT_FALSE(drop_environment(plain));
+  EXPECT_EQ(plain.size(), 2u);
+}
+
+TEST(AnsibleModules, GatherFactsUnderAnAllowListNamesTheOption) {
+  EXPECT_FALSE(allowed({"ping", "file"}, "setup"));
+  EXPECT_TRUE(allowed({"ansible.builtin.setup"}, "setup"));
+  EXPECT_EQ(gather_facts_refused(Where{"Ansible", "Gather Facts"}, {"ping", "file"}),
+            "Library 'Ansible', keyword 'Gather Facts': facts are gathered by the module 'setup', which is not allowed "
+            "here: this worker runs only the modules given with --allow (ping, file). Ask the gateway's operator to "
+            "add --allow setup to the library's command to gather facts.");
+}
+
+// An allowed module must not run a program the client picks: each option below ran one against ansible-core
+// 2.14 (copy's validate= ran touch, a git repo of "--upload-pack=touch ..." ran it, package use=command ran a
+// command, ...). Refused unless the operator names the option, and the refusal names the flag.
+TEST(AnsibleModules, OptionsThatRunProgramsAreRefusedUnlessAllowed) {
+  const auto refused = [](std::string_view module, const json::object& options,
+                          const std::vector<std::string>& allowed_options = {}) {
+    return refused_option(kRun, module, options, allowed_options).value_or("(not refused)");
+  };
+  EXPECT_EQ(refused("copy", {{"dest", "/tmp/x"}, {"content", "x"}, {"validate", "/usr/bin/touch /tmp/marker %s"}}),
+            "Library 'Ansible', keyword 'Run Action': option 'validate' of module 'copy' runs the command it names on "
+            "the file (%s) before the file is written. This worker runs only the modules given with --allow, whose "
+            "clients do not choose programs to run: leave the option out, or ask the gateway's operator to add "
+            "--allow-option copy.validate to the library's command.");
+  // Every name of the module, and the operator's flag by either name.
+  for (const char* module : {"copy", "ansible.builtin.copy", "ansible.legacy.copy"}) {
+    EXPECT_TRUE(refused_option(kRun, module, {{"validate", "true %s"}}, {})) << module;
+    EXPECT_FALSE(refused_option(kRun, module, {{"validate", "true %s"}}, {"copy.validate"})) << module;
+    EXPECT_FALSE(refused_option(kRun, module, {{"validate", "true %s"}}, {"ansible.builtin.copy.validate"})) << module;
+  }
+  EXPECT_TRUE(refused_option(kRun, "copy", {{"validate", "true %s"}}, {"template.validate", "copy.mode"}));
+  for (const char* module : {"assemble", "blockinfile", "lineinfile", "replace", "template"})
+    EXPECT_TRUE(contains(refused(module, {{"validate", "true %s"}}), "--allow-option " + std::string(module) + ".validate"))
+        << module;
+  EXPECT_TRUE(contains(refused("setup", {{"fact_path", "/tmp/facts"}}), "runs every executable *.fact file"));
+  EXPECT_TRUE(contains(refused("gather_facts", {{"fact_path", "/tmp/facts"}}), "--allow-option gather_facts.fact_path"));
+  for (const char* module : {"package", "service"})
+    EXPECT_TRUE(contains(refused(module, {{"use", "command"}, {"argv", json::array{"id"}}}), "use=command runs a command"))
+        << module;
+  EXPECT_TRUE(contains(refused("package", {{"name", "x"}, {"deb", "/tmp/x.deb"}}), "option 'deb' of module 'package'"));
+  EXPECT_TRUE(contains(refused("git", {{"repo", "https://h/r"}, {"ssh_opts", "-o ProxyCommand=id"}}), "ProxyCommand"));
+  EXPECT_TRUE(contains(refused("pip", {{"name", "x"}, {"virtualenv_command", "/tmp/x"}}), "pip.virtualenv_command"));
+  EXPECT_TRUE(contains(refused("unarchive", {{"extra_opts", json::array{"--strip-components=1"}}}), "--to-command"));
+  EXPECT_TRUE(contains(refused("reboot", {{"test_command", "id"}}), "is run as a command on the host"));
+  EXPECT_TRUE(contains(refused("user", {{"name", "lab"}, {"shell", "/tmp/x"}}), "login shell"));
+
+  // Some options only for some values: those that reach a command line as an option, or name a path.
+  EXPECT_EQ(refused("git", {{"repo", "--upload-pack=touch /tmp/marker"}, {"dest", "/tmp/g"}}),
+            "Library 'Ansible', keyword 'Run Action': option 'repo' of module 'git' begins with '-' or holds a space, "
+            "a quote or a backslash (--upload-pack=touch /tmp/marker): the git module writes it into command lines "
+            "that it splits into words, and a word beginning with '-' is an option of git's own, some of which run a "
+            "command (--upload-pack). This worker runs only the modules given with --allow, whose clients do not "
+            "choose programs to run: leave the option out, or ask the gateway's operator to add --allow-option "
+            "git.repo to the library's command.");
+  // git splits "git ls-remote REPO ..." into words itself: a quoted option inside a value is one too.
+  EXPECT_TRUE(contains(refused("git", {{"repo", "'--upload-pack=id' /srv/r"}, {"dest", "/tmp/g"}}), "git.repo"));
+  EXPECT_TRUE(contains(refused("git", {{"name", "https://h/r"}, {"remote", "x --upload-pack=id"}}), "git.remote"));
+  EXPECT_TRUE(contains(refused("git", {{"repo", "https://h/r"}, {"dest", "-x"}}), "--allow-option git.dest"));
+  EXPECT_FALSE(refused_option(kRun, "git", {{"repo", "https://h/r"}, {"dest", "/tmp/g"}, {"version", "main"}}, {}));
+  EXPECT_TRUE(contains(refused("subversion", {{"repo", "--config-option=x"}}), "svn would read it"));
+  EXPECT_TRUE(contains(refused("unarchive", {{"src", "/tmp/a.tgz"}, {"include", json::array{"a", "--to-command=id"}}}),
+                       "(--to-command=id)"));
+  EXPECT_FALSE(refused_option(kRun, "unarchive", {{"src", "/tmp/a.tgz"}, {"include", json::array{"a/b"}}}, {}));
+  // Allowing extra_opts lets its values begin with '-' (its own rule replaces the module's).
+  EXPECT_FALSE(refused_option(kRun, "unarchive", {{"extra_opts", json::array{"--strip-components=1"}}},
+                              {"unarchive.extra_opts"}));
+  EXPECT_TRUE(contains(refused("sysvinit", {{"name", "/tmp/evil.sh"}, {"state", "started"}}), "init script"));
+  EXPECT_TRUE(contains(refused("service", {{"name", "../../tmp/evil.sh"}}), "names a path"));
+  EXPECT_TRUE(contains(refused("systemd", {{"name", "/tmp/x.service"}, {"enabled", true}}), "links that file"));
+  EXPECT_FALSE(refused_option(kRun, "service", {{"name", "cron"}, {"state", "started"}}, {}));
+  EXPECT_TRUE(contains(refused("apt", {{"name", "x"}, {"default_release", "x' -o 'DPkg::Pre-Invoke::=id"}}),
+                       "contains a quote"));
+  EXPECT_FALSE(refused_option(kRun, "apt", {{"name", "x"}, {"default_release", "bookworm-backports"}}, {}));
+  EXPECT_TRUE(contains(refused("apt", {{"pkg", json::array{"x", "y' -o 'DPkg::Pre-Invoke::=id"}}, {"state", "build-dep"}}),
+                       "--allow-option apt.pkg"));
+
+  // Ansible's internal parameters, for every module.
+  EXPECT_TRUE(contains(refused("command", {{"cmd", "id; id"}, {"_uses_shell", true}}), "--allow-option command._uses_shell"));
+  EXPECT_TRUE(contains(refused("ping", {{"_ansible_shell_executable", "/tmp/x"}}), "internal parameters"));
+  // Null is an option left out; other modules and options pass; so does a module of another collection.
+  EXPECT_FALSE(refused_option(kRun, "copy", {{"validate", nullptr}, {"dest", "/tmp/x"}, {"mode", "0644"}}, {}));
+  EXPECT_FALSE(refused_option(kRun, "file", {{"path", "/tmp/x"}, {"validate", "id"}}, {}));
+  EXPECT_FALSE(refused_option(kRun, "community.general.copy", {{"validate", "id"}}, {}));
+
+  // --allow-option's argument, and which flags do something.
+  EXPECT_TRUE(valid_option_flag("copy.validate"));
+  EXPECT_TRUE(valid_option_flag("ansible.builtin.apt.default-release"));
+  for (const char* bad : {"copy", "copy.", ".validate", "copy.val idate", "a;b.c"}) EXPECT_FALSE(valid_option_flag(bad)) << bad;
+  EXPECT_TRUE(refusable_option("ansible.builtin.copy.validate"));
+  EXPECT_TRUE(refusable_option("git.dest"));
+  EXPECT_TRUE(refusable_option("command._uses_shell"));
+  EXPECT_FALSE(refusable_option("copy.mode"));
+  EXPECT_FALSE(refusable_option("file.validate"));
+
+  EXPECT_EQ(program_runners({"ping", "ansible.builtin.command", "copy", "shell", "include_tasks", "pip"}),
+            (std::vector<std::string>{"ansible.builtin.command", "shell", "include_tasks", "pip"}));
 }
 
 TEST(AnsibleResults, StderrExcerptsAndShebangs) {

@@ -56,6 +56,33 @@ void check_module_name(const Where& where, std::string_view name);
 // module; other collections' modules must be named as listed. An empty list allows everything.
 bool allowed(const std::vector<std::string>& allow, std::string_view module);
 std::string refused_by_allow_list(const Where& where, std::string_view module, const std::vector<std::string>& allow);
+// Gather Facts runs setup: under an allow-list without it, this refusal names the option that allows it.
+std::string gather_facts_refused(const Where& where, const std::vector<std::string>& allow);
+
+// Options with which a module of ansible-core 2.14 runs a program, or loads code, of the client's choosing:
+// copy's validate= (a command run on the file), setup's fact_path= (a directory of executables), package's
+// and service's use= (any module), git's ssh_opts=, a git or subversion value beginning with '-' (an
+// option of git's own, such as --upload-pack), ... and Ansible's internal _-parameters (command's
+// _uses_shell). Under an allow-list each is refused unless the operator names it with --allow-option
+// MODULE.OPTION, so allowing copy lets a client copy files, not run programs. `allowed_options` holds the
+// MODULE.OPTION texts given. Returns the refusal, naming the module, the option and the flag.
+std::optional<std::string> refused_option(const Where& where, std::string_view module, const json::object& options,
+                                          const std::vector<std::string>& allowed_options);
+// MODULE.OPTION, as --allow-option takes it (MODULE may be ansible.builtin.MODULE).
+bool valid_option_flag(std::string_view flag);
+// Whether refused_option can ever refuse what `flag` names (else the flag is a typo or has no effect).
+bool refusable_option(std::string_view flag);
+// Modules whose purpose is running programs or tasks the client names (command, shell, script, raw, expect,
+// cron, pip, the package managers, include_tasks and its kin): allowing one gives the library's clients the
+// service user's reach wherever it connects, whatever refused_option refuses. Those among `allow`.
+std::vector<std::string> program_runners(const std::vector<std::string>& allow);
+
+// The one fact of ansible-core that copies an environment is ansible_env: every variable of the process
+// that ran setup (on a local connection this worker's, so the library's env table and whatever the gateway
+// inherited; on ssh the login's). Unless the worker runs with --facts-env, it is removed from every
+// ansible_facts of a result, whichever module gathered them (setup, gather_facts). Returns whether it was
+// there.
+bool drop_environment(json::object& result);
 
 // The keyword of a modules= entry: its short name (ansible.builtin.copy -> copy).
 std::string keyword_name(std::string_view module);

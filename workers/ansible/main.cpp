@@ -1,7 +1,8 @@
 // robot-ansible-worker: Ansible modules as Robot Framework keywords, run by the ansible-core installed on
 // the gateway's machine (Debian: apt install ansible-core).
 //
-//   robot-ansible-worker [--allow MODULE]... [--stdio | --tcp HOST:PORT] [--log-level LEVEL]
+//   robot-ansible-worker [--allow MODULE]... [--allow-option MODULE.OPTION]... [--facts-env]
+//                        [--stdio | --tcp HOST:PORT] [--log-level LEVEL]
 //
 // Configured as any library (command = ["robot-ansible-worker"]) and imported with library arguments:
 // ansible_* connection variables (ansible_host, ansible_user, ansible_port, ansible_connection (default
@@ -31,7 +32,16 @@
 // --allow MODULE (repeatable) limits Run Action and modules= to those modules (a short name and its
 // ansible.builtin. name are the same module), and then refuses connection variables that make Ansible
 // start a program named by the client on this machine (*_executable, *_interpreter, *_args, *_command).
-// Gather Facts (setup with gather_subset only) is always allowed.
+// Gather Facts runs setup, so with an allow-list it needs --allow setup like Run Action setup does.
+// Under an allow-list, options with which an allowed module runs a program or loads code of the client's
+// choosing (copy's validate=, setup's fact_path=, package's use=, ...: ans::refused_option) are refused too,
+// unless given with --allow-option MODULE.OPTION (repeatable). Modules that run programs by design (command,
+// shell, ...) stay what --allow makes them: the service user's reach for every client.
+//
+// Facts leave out ansible_env, the environment of the process that gathered them: on a local connection
+// that is this worker's, which holds the library's env table and all the gateway inherited (secrets
+// among them). It is removed from every result's ansible_facts (Gather Facts, Run Action setup or
+// gather_facts, a setup keyword), allowed or not; --facts-env returns it.
 #include "common/log.hpp"
 #include "common/process/child.hpp"
 #include "common/protocol/protocol.hpp"
@@ -166,6 +176,8 @@ class Workspace {
 // Never destroyed: the signal thread may be removing it while the main thread returns from main.
 Workspace& workspace = *new Workspace;
 std::vector<std::string> allow_list;
+std::vector<std::string> allowed_options;  // --allow-option MODULE.OPTION
+bool facts_env = false;  // --facts-env: facts keep ansible_env
 
 // The Ansible program `name` (ansible-playbook, ansible-doc), or the refusal telling how to install it.
 std::string program(const ans::Where& where, std::string_view name) {
@@ -251,6 +263,11 @@ ans::Mapped run_module(const ans::Where& where, const ans::Target& target, const
 // A keyword's answer: warnings logged, a failure thrown (after logging the whole result), else the result.
 json::object answer(sdk::Call& call, const ans::Where& where, const std::string& module, const ans::Target& target,
                     ans::Mapped mapped) {
+  // Before anything is logged or answered: a failure's log line carries the result too.
+  if (!facts_env && ans::drop_environment(mapped.value))
+    call.log(fmt::format("{}ansible_env is left out of the facts of host {}: it holds the environment of the process "
+                         "that gathered them. The worker's --facts-env option returns it.",
+                         where.prefix(), target.host));
   for (const auto& warning : mapped.warnings) call.log(warning, "WARN");
   if (mapped.failure) {
     call.log(fmt::format("Result of module '{}' on host {}: {}", module, target.host, json::serialize(mapped.value)));
@@ -286,6 +303,8 @@ json::value run_and_answer(sdk::Call& call, const ans::Where& where, const std::
   try {
     ans::check_module_name(where, module);
     if (!ans::allowed(allow_list, module)) throw ans::Refused(ans::refused_by_allow_list(where, module, allow_list));
+    if (!allow_list.empty())
+      if (auto refusal = ans::refused_option(where, module, options, allowed_options)) throw ans::Refused(*refusal);
     return answer(call, where, module, import.target,
                   run_module(where, import.target, module, options, check_mode, diff));
   } catch (const ans::Refused& e) {
@@ -296,6 +315,7 @@ json::value run_and_answer(sdk::Call& call, const ans::Where& where, const std::
 json::value gather_facts(sdk::Call& call) {
   auto& import = *call.state<std::shared_ptr<Import>>();
   const ans::Where where{call.library(), call.keyword()};
+  if (!ans::allowed(allow_list, "setup")) throw sdk::KeywordError(ans::gather_facts_refused(where, allow_list));
   json::array subsets;
   const auto text = call.get<std::string>("subset");
   for (std::size_t begin = 0; begin <= text.size();) {
@@ -308,6 +328,8 @@ json::value gather_facts(sdk::Call& call) {
   }
   if (subsets.empty()) subsets.emplace_back("min");
   const auto key = json::serialize(subsets);
+  // Not even collected then (the answer drops it anyway: a subset that names env explicitly wins over !env).
+  if (!facts_env) subsets.emplace_back("!env");
   if (auto cached = import.facts.find(key); cached != import.facts.end()) {
     call.log(fmt::format("Facts of host {} (subset {}) as gathered earlier in this import.", import.target.host, text),
              "DEBUG");
@@ -438,8 +460,15 @@ void start_signal_thread() {
 int usage(const char* program, std::string_view problem) {
   if (!problem.empty()) std::fprintf(stderr, "%s: %.*s\n", program, static_cast<int>(problem.size()), problem.data());
   std::fprintf(stderr,
-               "usage: %s [--allow MODULE]... [--stdio | --tcp HOST:PORT] [--log-level LEVEL]\n"
-               "  --allow MODULE  run only these modules (repeatable; command and ansible.builtin.command are one)\n"
+               "usage: %s [--allow MODULE]... [--allow-option MODULE.OPTION]... [--facts-env]\n"
+               "          [--stdio | --tcp HOST:PORT] [--log-level LEVEL]\n"
+               "  --allow MODULE  run only these modules (repeatable; command and ansible.builtin.command are one;\n"
+               "                  Gather Facts needs --allow setup)\n"
+               "  --allow-option MODULE.OPTION\n"
+               "                  with --allow, accept an option that runs a program of the client's choosing\n"
+               "                  (refused by default: copy.validate, setup.fact_path, package.use, ...)\n"
+               "  --facts-env     facts keep ansible_env (the environment of the process that gathered them,\n"
+               "                  on a local connection this worker's); left out by default\n"
                "%s",
                program, sdk::serve_usage(program).c_str());
   return 2;
@@ -462,6 +491,12 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc || !ans::valid_module_name(argv[i + 1]))
         return usage(argv[0], "--allow needs a module name (letters, digits, '_' and '.')");
       allow_list.emplace_back(argv[++i]);
+    } else if (arg == "--allow-option") {
+      if (i + 1 >= argc || !ans::valid_option_flag(argv[i + 1]))
+        return usage(argv[0], "--allow-option needs MODULE.OPTION (copy.validate, say)");
+      allowed_options.emplace_back(argv[++i]);
+    } else if (arg == "--facts-env") {
+      facts_env = true;
     } else if (arg == "--help" || arg == "-h") {
       usage(argv[0], {});
       return 0;
@@ -490,7 +525,8 @@ int main(int argc, char** argv) {
       "dictionary (``changed``, ``rc``, ``stdout``, ``msg``, ...; without Ansible's internal ``_ansible_*`` keys and "
       "``invocation``).\n\nA result with ``failed`` or ``unreachable`` fails the keyword with the module's message. "
       "The module's warnings and deprecations are logged as warnings. ``check_mode`` reports what would change and "
-      "changes nothing; ``diff`` asks the module for the differences it makes.\n\n"
+      "changes nothing; ``diff`` asks the module for the differences it makes. Facts in a result (``setup``, "
+      "``gather_facts``) leave out ``ansible_env`` unless the worker runs with ``--facts-env``.\n\n"
       "| ${result} = | Run Action | command | cmd=uname -r |\n| Run Action | file | path=/tmp/x | state=touch |",
       [](sdk::Call& call) -> json::value {
         const ans::Where where{call.library(), call.keyword()};
@@ -501,11 +537,31 @@ int main(int argc, char** argv) {
   library.keyword("Gather Facts", {{"subset", "str", json::value("min")}},
                   "Returns the ``ansible_facts`` dictionary of the library's host (the setup module with "
                   "``gather_subset``: ``min``, ``all``, ``network``, ... or several separated by commas).\n\n"
-                  "Facts are gathered once per subset and import: import the library again for fresh ones.",
+                  "Facts are gathered once per subset and import: import the library again for fresh ones. "
+                  "``ansible_env`` (the environment variables of the process that gathered them) is left out "
+                  "unless the gateway's operator gave the worker ``--facts-env``.",
                   gather_facts);
   library.on_import([&library](sdk::ImportContext& context) { on_import(library, context); });
   library.dynamic_keywords(module_keyword_call);
   if (!allow_list.empty()) log::info("only these modules may run (--allow): {}", fmt::join(allow_list, ", "));
+  if (const auto runners = ans::program_runners(allow_list); !runners.empty())
+    log::warn("modules that run programs or tasks the client names are allowed ({}): this library's clients have the "
+              "reach of the service user on every host it connects to",
+              fmt::join(runners, ", "));
+  for (const auto& flag : allowed_options) {
+    const auto module = flag.substr(0, flag.rfind('.'));
+    if (allow_list.empty())
+      log::warn("--allow-option {} has no effect: without --allow every module and option may run", flag);
+    else if (!ans::allowed(allow_list, module))
+      log::warn("--allow-option {} has no effect: the module {} is not given with --allow", flag, module);
+    else if (!ans::refusable_option(flag))
+      log::warn("--allow-option {} has no effect: it names no option that this worker refuses", flag);
+    else
+      log::info("clients may give {} (--allow-option), which otherwise is refused: it lets them run programs of their "
+                "choosing",
+                flag);
+  }
+  if (facts_env) log::info("facts keep ansible_env, the environment they were gathered in (--facts-env)");
   const int status = sdk::serve(library, serve);
   workspace.remove();
   return status;
