@@ -161,16 +161,19 @@ class RootText final : public PickleTextVisitor {
       return;
     ++values_;
   }
-  bool text(std::string_view value, bool) override {
-    if (values_ == 1) text_ = value;
+  bool text(std::string_view value, bool is_bytes) override {
+    if (values_ == 1) text_ = value, is_bytes_ = is_bytes;
     return true;
   }
-  // The text when the whole pickle is that one string.
-  std::optional<std::string_view> root() const { return values_ == 1 ? text_ : std::nullopt; }
+  // The text when the whole pickle is that one str. Not bytes: Robot's argument resolution replaces
+  // variables and unescapes backslashes in str arguments only, so b'\\x00 ${x}' reaches the keyword as the
+  // bytes it is.
+  std::optional<std::string_view> root() const { return values_ == 1 && !is_bytes_ ? text_ : std::nullopt; }
 
  private:
   std::size_t values_ = 0;
   std::optional<std::string_view> text_;
+  bool is_bytes_ = false;
 };
 
 // A pickle at the top level of run_keyword args or a kwargs value reaches the keyword as the object it

@@ -226,6 +226,16 @@ TEST(ArgumentGuard, PickledStringsWithSyntaxAreRefusedForEvaluatingWorkers) {
   EXPECT_FALSE(gw::refuse_evaluated_pickles(
       run_keyword(fmt::format(R"({{"library_token":"t","name":"K","args":[{{"__pickled__":"{}"}}]}})", plain)),
       library(), "K"));
+  // Bytes are data: Robot resolves str arguments only. CPython's pickle.dumps(b'\x00\xff\x80\\" bytes ${x}',
+  // protocol=4), as the stock client sends a bytes argument.
+  const std::string bytes_pickle = "8004951400000000000000431000ff805c2220627974657320247b787d942e";
+  for (const std::string& params_text :
+       {fmt::format(R"({{"library_token":"t","name":"K","args":[{{"__pickled__":"{}"}}]}})", bytes_pickle),
+        fmt::format(R"({{"library_token":"t","name":"K","kwargs":{{"x": {{"__pickled__":"{}"}}}}}})", bytes_pickle)}) {
+    SCOPED_TRACE(params_text);
+    auto refused = gw::refuse_evaluated_pickles(run_keyword(params_text), library(), "K");
+    EXPECT_FALSE(refused) << refused->message;
+  }
 }
 
 }  // namespace
