@@ -26,9 +26,17 @@ mcp_server_package=@modelcontextprotocol/server-everything@2026.8.31
 # ansible-core for robot-ansible-worker; Node.js and npm for Node's MCP reference server, installed
 # below. Debian's nodejs and npm, unless a Node.js with npm is already there (NodeSource's nodejs
 # package carries its own npm and conflicts with Debian's).
+# A Node.js whose package left npm's own files without the command (/usr/lib/node_modules/npm) is used with
+# them as they are: installing Debian's npm beside it would conflict.
 test_packages=(ansible-core)
-command -v npm >/dev/null 2>&1 || test_packages+=(nodejs npm)
+npm_cli=/usr/lib/node_modules/npm/bin/npm-cli.js
+if ! command -v npm >/dev/null 2>&1 && ! { command -v node >/dev/null 2>&1 && [[ -f $npm_cli ]]; }; then
+  test_packages+=(nodejs npm)
+fi
 "$top/deploy/install-deps.sh" "${test_packages[@]}"
+npm() {  # (type -P: a binary only; command -v would find this function)
+  if type -P npm >/dev/null; then command npm "$@"; else node "$npm_cli" "$@"; fi
+}
 # Each stage's build runs while the stage before it tests, at the lowest CPU priority: the tests spend
 # much of their time waiting on processes and sockets, and take the CPU back whenever they need it. A
 # background build writes its own log, printed only when it fails. (The tests assert no timings, so
