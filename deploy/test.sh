@@ -2,7 +2,8 @@
 # Installs what is missing, builds everything, and runs every test (unit and integration); then runs
 # the whole suite again with AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/), the
 # integration suite with ThreadSanitizer (deploy/tsan.sh, build-tsan/), and each fuzz target briefly
-# (deploy/fuzz.sh, build-fuzz/). Fails if any stage fails.
+# (deploy/fuzz.sh, build-fuzz/), and last the Robot Framework suites of tests/conformance with the real
+# Python peers (deploy/conformance.sh, BUILD/conformance/). Fails if any stage fails.
 #
 # Each test program is compiled once. The integration tests are built in the first build and run there,
 # then again against the gateway and workers of the ASan and the TSan build (RJG_BIN_DIR: the processes
@@ -136,3 +137,8 @@ if [[ $fuzz_seconds != 0 ]]; then
   FUZZ_SECONDS=$fuzz_seconds BUILD_DIR=$fuzz_build FUZZ_STEP=$([[ ${TSAN:-1} != 0 ]] && echo run || echo all) \
     "$top/deploy/fuzz.sh"
 fi
+
+# The real Python peers (Robot Framework, the stock client, the reference server) against the first
+# build's gateway; where python3 cannot import them it says so in one line and passes, unless
+# RJG_REQUIRE_CONFORMANCE=1 (.ci/run).
+BUILD_DIR=$build "$top/deploy/conformance.sh"

@@ -1,0 +1,56 @@
+*** Settings ***
+Documentation     Robot's Remote through the gateway's classic front to its classic upstream route (the front
+...               and the bridge combined): what Remote gives directly (classic_parity.resource).
+Resource          classic_parity.resource
+Library           Remote    ${CLASSIC}/ClassicUpstream
+
+*** Test Cases ***
+Text Crosses
+    Text Crosses
+Numbers And Booleans Cross
+    Numbers And Booleans Cross
+Bytes Cross
+    Bytes Cross
+A List Crosses
+    A List Crosses
+A Dict With Non-String Keys Arrives With String Keys
+    A Dict With Non-String Keys Arrives With String Keys
+None Arrives As An Empty String
+    None Arrives As An Empty String
+A Date Arrives As A Datetime And A Timedelta As Seconds
+    A Date Arrives As A Datetime And A Timedelta As Seconds
+A Dict Result Is Dot-Accessible
+    A Dict Result Is Dot-Accessible
+A Nested Dict Result Is Dot-Accessible
+    A Nested Dict Result Is Dot-Accessible
+No Return Value Is An Empty String
+    No Return Value Is An Empty String
+A Binary Result Is Bytes
+    A Binary Result Is Bytes
+Text With Control Characters Comes As Bytes
+    Text With Control Characters Comes As Bytes
+A Datetime Result
+    A Datetime Result
+A Tuple Result Is A List
+    A Tuple Result Is A List
+Positional, Default, Varargs And Kwargs
+    Positional, Default, Varargs And Kwargs
+Keyword-Only Arguments
+    [Tags]    gap    gap-classic-spec
+    Keyword-Only Arguments
+Logs Reach Robot's Log With Their Levels
+    Logs Reach Robot's Log With Their Levels
+A Failure Carries Its Message
+    A Failure Carries Its Message
+A Generic Failure Carries Its Message Alone
+    A Generic Failure Carries Its Message Alone
+The Keyword After A Failure Runs
+    The Keyword After A Failure Runs
+A Continuable Failure Lets The Keyword Go On
+    A Continuable Failure Lets The Keyword Go On
+An Invalid Result Names What Is Wrong
+    [Tags]    gap    gap-classic-errors
+    An Invalid Result Names What Is Wrong
+A Broken Connection Names What Is Wrong
+    [Tags]    gap    gap-classic-errors
+    A Broken Connection Names What Is Wrong
