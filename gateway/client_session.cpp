@@ -264,7 +264,7 @@ void ClientSession::handle(const Message& message) {
     if (requests_in_flight_ >= gw.max_pending_requests) {
       log::warn("{}: refused request {} ({}): {} requests unanswered (max_pending_requests)", name_,
                 log::printable(message.id_text(), 40), message.method(), requests_in_flight_);
-      send(make_error_raw(message.id_text(), protocol::kAtCapacity,
+      send(failure_answer(message.id_text(), message.method(), protocol::kAtCapacity,
                           fmt::format("Too many requests waiting on this connection: {} are unanswered, the most "
                                       "allowed ([gateway] max_pending_requests = {}). Wait for answers before "
                                       "sending more, or raise max_pending_requests.",
@@ -275,7 +275,7 @@ void ClientSession::handle(const Message& message) {
     if (pending_bytes_ > 0 && pending_bytes_ + size > gw.max_pending_bytes) {
       log::warn("{}: refused request {} ({}) of {} bytes: {} bytes of requests wait (max_pending_bytes)", name_,
                 log::printable(message.id_text(), 40), message.method(), size, pending_bytes_);
-      send(make_error_raw(message.id_text(), protocol::kAtCapacity,
+      send(failure_answer(message.id_text(), message.method(), protocol::kAtCapacity,
                           fmt::format("Too much request text waiting on this connection: {} bytes of {} unanswered "
                                       "requests wait for a worker, and this request of {} bytes would take them past "
                                       "[gateway] max_pending_bytes = {}. Wait for answers before sending more, send "
@@ -432,14 +432,16 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
   }
 
   std::optional<Failure> failure;
+  // The worker's own command line names its library, so it is asked for its default one: the configured
+  // name is the gateway's alias and need not match the worker's. An upstream, or a worker a glob entry
+  // serves without naming the library on its command line, is asked for the name. Kept: a re-import after
+  // the worker is lost sends the same.
+  const std::string worker_params =
+      params.with({{params.name_value, json::serialize(json::value(library.import_name()))}});
   if (!answer) {
-    // The worker's own command line names its library, so it is asked for its default one: the
-    // configured name is the gateway's alias and need not match the worker's. An upstream, or a worker a
-    // glob entry serves without naming the library on its command line, is asked for the name.
-    std::string worker_params = params.with({{params.name_value, json::serialize(json::value(library.import_name()))}});
     try {
       auto relay = std::make_shared<CallRelay>(weak_from_this(), library, name_);
-      answer.emplace(co_await lease->import_library(std::move(worker_params), relay));
+      answer.emplace(co_await lease->import_library(worker_params, relay));
     } catch (const workers::WorkerError& e) {
       failure = from(e);
     }
@@ -476,7 +478,8 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
     co_return;
   }
 
-  Import import{TokenMap::new_token(library.label()), library.label(), worker_token->token, lease, route, &metrics};
+  Import import{TokenMap::new_token(library.label()), library.label(), worker_token->token, lease, route, &metrics,
+                worker_params, {}, {}};
   // Before the ending_ check: nothing may suspend between it and adding the import.
   co_await room_for_answer();
   if (ending_) {
@@ -525,8 +528,124 @@ void ClientSession::on_run_keyword(const Message& request, params::RunKeyword pa
       log::debug("{}: keyword '{}' of {}: escaped {} argument string(s) for worker {}", name_, params.name,
                  import->library, escaped, import->lease->where());
   }
+  // An import whose worker was lost (a keyword failed with it, or it died while idle) is imported again
+  // first, or the keyword fails, as the library's on_worker_loss says.
+  if (!import->lost.empty() || import->lease->lost() || import->reimporting) {
+    if (import->config->on_worker_loss == config::WorkerLoss::fail) {
+      reply.error(protocol::kWorkerFailed,
+                  fmt::format("Cannot run keyword '{}': the instance of library '{}' is gone ({}), and "
+                              "on_worker_loss = \"fail\" for this library: import the library again.",
+                              params.name, import->library, lost_reason(*import)));
+      return;
+    }
+    spawn(reimport_then_run(std::move(reply), std::move(params)), "run_keyword");
+    return;
+  }
   // The import is copied: a finalize that arrives meanwhile queues behind this call on the worker.
   spawn(run_keyword(std::move(reply), to_worker(params, *import), params.name, *import), "run_keyword");
+}
+
+std::string ClientSession::lost_reason(const Import& import) {
+  if (!import.lost.empty()) return import.lost;
+  // Lost without a keyword of this session seeing it: the worker died while idle, or another session's
+  // keyword overran keyword_timeout on a shared worker. The worker says why.
+  if (auto why = import.lease->loss(); !why.empty()) {
+    // "The worker of library ..." reads on after "because" as "the worker ...".
+    if (why.starts_with("The ")) why[0] = 't';
+    return why;
+  }
+  return fmt::format("its worker ({}) is gone", import.lease->where());
+}
+
+asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunKeyword params) {
+  const std::string token = params.library_token;
+  for (;;) {
+    Import* import = tokens_.find(token);
+    if (!import) {
+      co_await room_for_answer();
+      reply.error(protocol::kUnknownToken,
+                  fmt::format("Cannot run keyword '{}': its library was finalized while it was being imported again.",
+                              params.name));
+      co_return;
+    }
+    if (import->reimporting) {  // another keyword on this token imports it: this one runs after
+      const auto busy = import->reimporting;
+      co_await busy->wait();
+      continue;
+    }
+    if (import->lost.empty() && !import->lease->lost()) break;
+
+    // This keyword imports the library again. Copies: the entry may move while this waits.
+    const auto event = std::make_shared<AsyncEvent>(background_done_.executor());
+    import->reimporting = event;
+    const auto why = lost_reason(*import);
+    const auto library = import->config;
+    const auto label = import->library;
+    const auto import_params = import->import_params;
+    log::warn("{}: library {}: {}; importing it again for keyword '{}' (on_worker_loss = \"reimport\")", name_,
+              label, why, params.name);
+    std::shared_ptr<workers::Lease> lease;
+    std::optional<Message> answer;
+    std::optional<Failure> failure;
+    try {
+      lease = co_await leases_.acquire(*library);
+      auto relay = std::make_shared<CallRelay>(weak_from_this(), *library, name_);
+      answer.emplace(co_await lease->import_library(import_params, relay));
+    } catch (const workers::WorkerError& e) {
+      failure = from(e);
+    }
+    std::optional<WorkerToken> worker_token;
+    if (!failure && answer->kind == Message::Kind::error_response)
+      failure = Failure{protocol::kWorkerFailed,
+                        fmt::format("its worker ({}) refused the import: {}", lease->where(), answer->error_message()),
+                        {}};
+    else if (!failure && !(worker_token = worker_token_of(*answer)))
+      failure = Failure{protocol::kWorkerFailed,
+                        fmt::format("its worker ({}) answered robot/import_library without a token", lease->where()),
+                        {}};
+    import = tokens_.find(token);
+    if (import) import->reimporting.reset();
+    event->set();
+    if (failure) {
+      if (lease) co_await lease->release("its re-import failed");
+      log::warn("{}: library {} could not be imported again: {}", name_, label, failure->message);
+      co_await room_for_answer();
+      reply.error(failure->code,
+                  fmt::format("Cannot run keyword '{}': library '{}' lost its worker ({}) and could not be imported "
+                              "again ({}). The next keyword tries again.",
+                              params.name, label, why, failure->message));
+      co_return;
+    }
+    if (!import || ending_) {
+      co_await lease->end(fmt::format("{{\"token\":{}}}", jsontext::quote(worker_token->token)),
+                          "its import was finalized, or its session closed, during the re-import");
+      co_await room_for_answer();
+      reply.error(ending_ ? protocol::kShuttingDown : protocol::kUnknownToken,
+                  fmt::format("Cannot run keyword '{}': its library was finalized, or the connection closed, while "
+                              "it was being imported again.",
+                              params.name));
+      co_return;
+    }
+    auto old = std::exchange(import->lease, lease);
+    const auto old_params = finalize_params(*import);
+    import->worker_token = worker_token->token;
+    import->lost.clear();
+    spawn(end_import(std::move(old), old_params, "its worker was lost"), "end lost import of " + label);
+    log::info("{}: imported library {} again in worker {}", name_, label, lease->where());
+    // In the keyword's log, before its answer: the instance it runs on is not the one the suite had.
+    json::object log_params{
+        {"message", fmt::format("robot-jsonrpc-gateway: library '{}' was imported again, with the same arguments, "
+                                "in a new worker ({}), because {}. Whatever state the library held (connections, "
+                                "sessions, variables set by earlier keywords) was lost with it.",
+                                label, lease->where(), why)},
+        {"level", "WARN"},
+        {"html", false},
+        {"console", false}};
+    co_await room_for_answer();
+    send(make_notification_raw(protocol::kLog, json::serialize(log_params)));
+  }
+  const Import* import = tokens_.find(token);
+  co_await run_keyword(std::move(reply), to_worker(params, *import), params.name, *import);
 }
 
 asio::awaitable<void> ClientSession::run_keyword(Reply reply, std::string worker_params, std::string keyword,
@@ -540,6 +659,23 @@ asio::awaitable<void> ClientSession::run_keyword(Reply reply, std::string worker
   } catch (const workers::WorkerError& e) {
     log::warn("{}: keyword '{}' of library {} failed in the gateway: {}", name_, keyword, import.library, e.what());
     failure = from(e);
+    // The worker is gone (it died, or keyword_timeout ended it): so is this import's instance. What the
+    // next keyword on the token gets is the library's on_worker_loss.
+    if (e.code == protocol::kWorkerFailed || e.code == protocol::kWorkerTimeout) {
+      if (Import* live = tokens_.find(import.token); live && live->lease == import.lease && live->lost.empty())
+        live->lost = e.code == protocol::kWorkerTimeout
+                         ? fmt::format("keyword '{}' overran keyword_timeout and its worker was stopped", keyword)
+                         : fmt::format("its worker ({}) was lost while running keyword '{}'", import.lease->where(),
+                                       keyword);
+      const std::string_view next =
+          import.config->on_worker_loss == config::WorkerLoss::reimport
+              ? " The next keyword of this library imports it again, with the same arguments, in a new worker "
+                "(on_worker_loss = \"reimport\"); the state the library held is gone."
+              : " Later keywords of this import fail (on_worker_loss = \"fail\"): import the library again.";
+      // Before the worker's stderr tail, which ends the message where there is one.
+      const auto tail = failure->message.find(" Last lines of its stderr:");
+      failure->message.insert(tail == std::string::npos ? failure->message.size() : tail, next);
+    }
   }
   std::optional<PickleRefusal> refused;
   if (!failure)
@@ -560,6 +696,12 @@ asio::awaitable<void> ClientSession::run_keyword(Reply reply, std::string worker
   } else if (refused) {
     log::warn("{}: result of keyword '{}' of {} refused: {}", name_, keyword, import.library, refused->message);
     reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
+  } else if (answer->kind != Message::Kind::response) {
+    // A worker that answers a keyword with a JSON-RPC error (a native worker's unknown keyword, say): still
+    // the keyword's failure, not the session's.
+    reply.error(answer->error_code(),
+                fmt::format("Keyword '{}' of library '{}' failed in its worker ({}): {}", keyword, import.library,
+                            import.lease->where(), answer->error_message()));
   } else {
     reply.send(answer->with_id(reply.id_text()));
   }

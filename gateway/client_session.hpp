@@ -90,6 +90,10 @@ class ClientSession : public ServerMethods,
   asio::awaitable<void> import_library(Reply reply, params::ImportLibrary params,
                                        std::shared_ptr<const config::Library> route);
   asio::awaitable<void> run_keyword(Reply reply, std::string worker_params, std::string keyword, Import import);
+  // A keyword on an import whose worker was lost: imports the library again (once, however many keywords
+  // wait for it) with the params of the first import, tells the client's log, then runs the keyword.
+  asio::awaitable<void> reimport_then_run(Reply reply, params::RunKeyword params);
+  static std::string lost_reason(const Import& import);
   asio::awaitable<void> finalize_library(Reply reply, Import import);
   void count_imports();  // for /status
   static asio::awaitable<void> end_import(std::shared_ptr<workers::Lease> lease, std::string finalize_params,

@@ -4,9 +4,20 @@
 #include "common/protocol/protocol.hpp"
 #include "gateway/client_session.hpp"
 
+#include <boost/json/serialize.hpp>
+
 #include <fmt/format.h>
 
 namespace rjg::gateway {
+
+std::string failure_answer(std::string_view id_text, std::string_view method, int code, std::string_view message,
+                           std::string_view data_json) {
+  if (method != protocol::kRunKeyword) return make_error_raw(id_text, code, message, data_json);
+  // The error's data (a refused pickle's path and offset, a worker's pid) is in the message already; a
+  // RunKeywordError has no member for it.
+  json::object error{{"message", message}, {"type", protocol::keyword_error_type(code)}};
+  return make_result_raw(id_text, json::serialize(json::object{{"error", std::move(error)}}));
+}
 
 Reply::Reply(std::shared_ptr<ClientSession> session, const Message& request)
     : session_(std::move(session)), id_text_(request.id_text()), method_(request.method()),
@@ -48,7 +59,7 @@ void Reply::result(const json::value& result) {
 }
 
 void Reply::error(int code, std::string_view message, std::string_view data_json) {
-  if (claim()) session_->send(make_error_raw(id_text_, code, message, data_json));
+  if (claim()) session_->send(failure_answer(id_text_, method_, code, message, data_json));
 }
 
 void Reply::send(std::string json_text) {

@@ -14,6 +14,12 @@ namespace rjg::gateway {
 
 class ClientSession;
 
+// The answer to a request of `method` that failed: a JSON-RPC error, except for robot/run_keyword, which is
+// always answered with a result (protocol::keyword_error_type). The one place that decides, for a Reply and
+// for the admission refusals that answer before a Reply exists.
+std::string failure_answer(std::string_view id_text, std::string_view method, int code, std::string_view message,
+                           std::string_view data_json = {});
+
 class Reply {
  public:
   Reply(std::shared_ptr<ClientSession> session, const Message& request);
@@ -22,7 +28,8 @@ class Reply {
   ~Reply();
 
   void result(const json::value& result);
-  // data_json: the error's data as a JSON text ("" for none).
+  // data_json: the error's data as a JSON text ("" for none). For robot/run_keyword the answer is a result
+  // whose "error" carries the message (and a type named after the code; see failure_answer).
   void error(int code, std::string_view message, std::string_view data_json = {});
   // A whole answer made elsewhere (a worker's, with the client's id already in place).
   void send(std::string json_text);

@@ -38,6 +38,11 @@ const Import* TokenMap::find(std::string_view token) const {
   return it == imports_.end() ? nullptr : &it->second;
 }
 
+Import* TokenMap::find(std::string_view token) {
+  auto it = imports_.find(std::string(token));
+  return it == imports_.end() ? nullptr : &it->second;
+}
+
 std::optional<Import> TokenMap::remove(std::string_view token) {
   auto it = imports_.find(std::string(token));
   if (it == imports_.end()) return std::nullopt;

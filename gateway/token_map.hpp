@@ -5,6 +5,7 @@
 
 #include "common/protocol/message.hpp"
 #include "common/protocol/params.hpp"
+#include "common/runtime/async_event.hpp"
 #include "config/config.hpp"
 #include "workers/supervisor/metrics.hpp"
 #include "workers/supervisor/lease.hpp"
@@ -25,6 +26,13 @@ struct Import {
   std::shared_ptr<workers::Lease> lease;  // the only way to the worker; ended when the import ends
   std::shared_ptr<const config::Library> config;  // its settings (the configuration at its import)
   workers::LibraryMetrics* metrics = nullptr;     // its library's counters (none in unit tests' fakes)
+  // The robot/import_library params the worker got (escaped as sent): what a re-import sends again when the
+  // worker is lost (on_worker_loss = "reimport").
+  std::string import_params;
+  // Why its worker was lost, once a keyword failed with it; "" while it serves.
+  std::string lost;
+  // Set while a keyword imports the library again: later keywords on the token wait for it.
+  std::shared_ptr<AsyncEvent> reimporting;
 };
 
 class TokenMap {
@@ -34,6 +42,7 @@ class TokenMap {
 
   void add(Import import);
   const Import* find(std::string_view token) const;
+  Import* find(std::string_view token);
   std::optional<Import> remove(std::string_view token);
   std::vector<Import> take_all();
   std::size_t size() const { return imports_.size(); }

@@ -49,4 +49,28 @@ inline constexpr int kShuttingDown = -32015;     // the gateway is stopping
 inline constexpr int kSessionTimeout = -32016;   // handshake_timeout, read_timeout or idle_timeout passed
 inline constexpr int kPickleRefused = -32017;    // a pickled value the library's pickle policy does not admit
 
+// robot/run_keyword is always answered with a result: a failure of one keyword call, the worker's or the
+// gateway's own decision, is {"error": {"message", "type"}} in it, as the reference server answers (the
+// stock client ends its whole session on a JSON-RPC error answer). The type names what happened, as an
+// exception's class would; these are the gateway's, by the code the failure would have had as an error.
+inline std::string_view keyword_error_type(int code) {
+  switch (code) {
+    case kWorkerFailed: return "WorkerFailed";
+    case kWorkerTimeout: return "KeywordTimeout";
+    case kUnknownToken: return "UnknownLibraryToken";
+    case kShuttingDown: return "GatewayStopping";
+    case kAtCapacity: return "GatewayAtCapacity";
+    case kPickleRefused: return "PickleRefused";
+    case kKeywordNotFound: return "KeywordNotFound";
+    case kArgumentMismatch: return "ArgumentMismatch";
+    case kInternalError: return "GatewayInternalError";
+    default: return "RemoteError";
+  }
+}
+// Whether a keyword failure of that type means the import is gone (its worker died, overran
+// keyword_timeout, or the token is not known): a later keyword needs a new import.
+inline bool keyword_error_ends_import(std::string_view type) {
+  return type == "WorkerFailed" || type == "KeywordTimeout" || type == "UnknownLibraryToken" || type == "GatewayStopping";
+}
+
 }  // namespace rjg::protocol

@@ -45,6 +45,26 @@ const json::object* RpcReply::keyword_error() const {
   return &it->value().get_object();
 }
 
+namespace {
+// A member of an error object as text: a string as it is, anything else as JSON; "" when absent.
+std::string member_text(const json::object& object, std::string_view name) {
+  auto it = object.find(name);
+  if (it == object.end() || it->value().is_null()) return {};
+  if (it->value().is_string()) return std::string(it->value().get_string());
+  return json::serialize(it->value());
+}
+}  // namespace
+
+std::string RpcReply::keyword_error_type() const {
+  const json::object* failed = keyword_error();
+  return failed ? member_text(*failed, "type") : std::string();
+}
+
+std::string RpcReply::failure_message() const {
+  if (const json::object* failed = keyword_error()) return member_text(*failed, "message");
+  return error_message();
+}
+
 bool parse_tcp_uri(std::string_view uri, std::string& host, std::uint16_t& port) {
   if (uri.starts_with("tcp://")) uri.remove_prefix(6);
   if (uri.ends_with("/")) uri.remove_suffix(1);

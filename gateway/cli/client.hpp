@@ -58,8 +58,15 @@ struct RpcReply {
   int error_code() const;
   // error.message, or "" for a successful reply.
   std::string error_message() const;
-  // For run_keyword: the RunKeywordResult's "error" object (keyword failed), if any.
+  // For run_keyword: the RunKeywordResult's "error" object (keyword failed), if any. The gateway answers
+  // every failure of a keyword call this way, its own decisions included (a refused pickle, a crashed
+  // worker, a keyword timeout): robot/run_keyword is never answered with a JSON-RPC error.
   const json::object* keyword_error() const;
+  // keyword_error()'s "type" ("" when it has none, or when the keyword did not fail).
+  std::string keyword_error_type() const;
+  // What went wrong, whichever way the server said it: the keyword error's message when the result
+  // carries one, else the JSON-RPC error's message ("" for a reply that succeeded).
+  std::string failure_message() const;
 };
 
 class RpcClient {

@@ -48,7 +48,8 @@ Options:
   --timeout SECONDS          limit for each wait on the server (default 30; 0 = no limit)
   --help                     show this help
 
-Exit codes: 0 success, 1 keyword failed, 2 usage error, 3 connection, protocol or JSON-RPC error.
+Exit codes: 0 success, 1 keyword failed (its own failure or the server's decision about the call: a
+crashed worker, a keyword timeout, a refused value), 2 usage error, 3 connection, protocol or JSON-RPC error.
 )";
 
 struct UsageError {
@@ -348,6 +349,9 @@ int cmd_run(const Options& o) {
   s.initialize();
   s.import(o.positional[0], o.import_args, o.import_kwargs);
   auto reply = s.run(o.positional[1], o.args, o.kwargs);
+  // The gateway, like the reference server, answers every failure of the call with a result that carries
+  // the error (the type says whose: WorkerFailed, KeywordTimeout, PickleRefused... or the keyword's own
+  // exception): exit code 1. A JSON-RPC error here is the server refusing the request itself.
   if (!reply.ok()) fail_reply(fmt::format("keyword '{}'", o.positional[1]), reply);
   int code = kExitOk;
   if (const auto* err = reply.keyword_error()) {

@@ -74,8 +74,8 @@ std::string run_session(const GatewayProcess& gateway, int i) {
         auto token = token_of(c.import_library("Churn"));
         expect_echo(c, token, i);
         auto crash = c.run_keyword(token, "Crash", json::array{kCrashModes[(i / 10) % 4]});
-        if (crash.ok() || crash.error_code() != protocol::kWorkerFailed)
-          throw std::runtime_error("Crash did not fail with -32012: " + describe(crash));
+        if (!crash.ok() || crash.keyword_error_type() != protocol::keyword_error_type(protocol::kWorkerFailed))
+          throw std::runtime_error("Crash did not fail with WorkerFailed: " + describe(crash));
         c.close();
         break;
       }

@@ -86,10 +86,18 @@ TEST_F(CliTest, ServerErrorsExitThree) {
   EXPECT_TRUE(r.exited_with(3)) << r.describe();
   EXPECT_TRUE(contains(r.err, "NoSuchLib")) << r.describe();
   EXPECT_TRUE(contains(r.err, "-32010")) << r.describe();
+}
 
-  r = cli({"run", "TestLibrary", "Crash", "exit"});
-  EXPECT_TRUE(r.exited_with(3)) << r.describe();
-  EXPECT_TRUE(contains(r.err, "-32012")) << r.describe();
+// A failure the gateway decides for one keyword call (here its worker died) is that keyword's failure, as
+// the gateway answers it: exit code 1, with the gateway's message and the type that names what happened.
+TEST_F(CliTest, AKeywordWhoseWorkerDiesExitsOne) {
+  start();
+  auto r = cli({"run", "TestLibrary", "Crash", "exit"});
+  EXPECT_TRUE(r.exited_with(1)) << r.describe();
+  EXPECT_TRUE(contains(r.err, "keyword 'Crash' failed")) << r.describe();
+  EXPECT_TRUE(contains(r.err, "TestLibrary")) << r.describe();
+  EXPECT_TRUE(contains(r.err, "type: WorkerFailed")) << r.describe();
+  EXPECT_FALSE(contains(r.err, "JSON-RPC error")) << r.describe();
 }
 
 TEST_F(CliTest, TimeoutOnAHangingKeywordExitsThree) {

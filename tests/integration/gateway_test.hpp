@@ -102,6 +102,14 @@ class GatewayTest : public ::testing::Test {
     ASSERT_TRUE(rjg_reply_.ok()) << ::rjg::test::describe(rjg_reply_);                                        \
     ASSERT_EQ(rjg_reply_.keyword_error(), nullptr) << "keyword failed: " << ::rjg::test::describe(rjg_reply_); \
   } while (0)
+// A keyword that succeeded. (ok() alone says little for a keyword: the gateway's own failures of a call
+// are results too.) Evaluates `reply` once.
+#define RJG_EXPECT_KEYWORD_OK(reply)                                                            \
+  do {                                                                                          \
+    const auto& rjg_reply_ = (reply);                                                           \
+    EXPECT_TRUE(rjg_reply_.ok() && rjg_reply_.keyword_error() == nullptr)                       \
+        << "expected the keyword to pass, got " << ::rjg::test::describe(rjg_reply_);           \
+  } while (0)
 #define RJG_ASSERT_ERROR(reply, code)                                                    \
   do {                                                                                   \
     const auto& rjg_reply_ = (reply);                                                    \
@@ -113,5 +121,29 @@ class GatewayTest : public ::testing::Test {
 #define RJG_EXPECT_ERROR_CODE(reply, code)                                              \
   EXPECT_TRUE(!(reply).ok() && (reply).error_code() == (code))                          \
       << "expected error " << (code) << ", got " << ::rjg::test::describe(reply)
+
+// A robot/run_keyword the gateway failed: answered with a result (never a JSON-RPC error, which would end
+// the stock client's session) whose "error" has the type of the failure that used to carry `code`
+// (protocol::keyword_error_type). Its text is reply.failure_message().
+#define RJG_ASSERT_KEYWORD_FAILURE(reply, code)                                                                 \
+  do {                                                                                                          \
+    const auto& rjg_reply_ = (reply);                                                                           \
+    ASSERT_TRUE(rjg_reply_.ok()) << "expected a keyword failure " << ::rjg::protocol::keyword_error_type(code) \
+                                 << " as a result, got " << ::rjg::test::describe(rjg_reply_);                  \
+    ASSERT_NE(rjg_reply_.keyword_error(), nullptr)                                                              \
+        << "expected a keyword failure " << ::rjg::protocol::keyword_error_type(code) << ", got "              \
+        << ::rjg::test::describe(rjg_reply_);                                                                   \
+    ASSERT_EQ(rjg_reply_.keyword_error_type(), ::rjg::protocol::keyword_error_type(code))                      \
+        << ::rjg::test::describe(rjg_reply_);                                                                   \
+  } while (0)
+
+#define RJG_EXPECT_KEYWORD_FAILURE(reply, code)                                                                \
+  do {                                                                                                         \
+    const auto& rjg_reply_ = (reply);                                                                          \
+    EXPECT_TRUE(rjg_reply_.ok() && rjg_reply_.keyword_error() != nullptr &&                                    \
+                rjg_reply_.keyword_error_type() == ::rjg::protocol::keyword_error_type(code))                  \
+        << "expected a keyword failure " << ::rjg::protocol::keyword_error_type(code) << " as a result, got " \
+        << ::rjg::test::describe(rjg_reply_);                                                                  \
+  } while (0)
 
 }  // namespace rjg::test

@@ -547,7 +547,7 @@ TEST_F(JsonTest, DuplicateKeysLastOneWins) {
       R"({{"jsonrpc":"2.0","id":"dup-bad","method":"robot/run_keyword","params":{{"library_token":"{}","library_token":"bogus","name":"Echo","args":["no"],"kwargs":{{}}}}}})",
       token)));
   auto bad = c.wait_reply("dup-bad");
-  RJG_ASSERT_ERROR(bad, protocol::kUnknownToken);
+  RJG_ASSERT_KEYWORD_FAILURE(bad, protocol::kUnknownToken);
 
   // A duplicated member inside an argument reaches the worker once, with the last value.
   c.send_raw(frame(run_keyword_body(R"("dup-arg")", token, "Echo", R"([{"a":1,"b":2,"a":3}])")));
@@ -741,7 +741,8 @@ class AdmissionTest : public HardeningTest {
         [&] {
           try {
             auto [c, token] = session();
-            return c.run_keyword(token, "Echo", json::array{1}).ok();
+            auto echo = c.run_keyword(token, "Echo", json::array{1});
+            return echo.ok() && !echo.keyword_error();
           } catch (const std::exception&) {
             return false;
           }
@@ -885,7 +886,7 @@ TEST_F(DescriptorTest, GatewayClosesReachTheClientWhileOtherWorkersLive) {
   doomed.send_raw("Content-Length: -1\r\n\r\n");
   expect_error_then_close(doomed, protocol::kParseError, "Framing error: ", "Content-Length");
   EXPECT_FALSE(pid_gone(pid));
-  RJG_EXPECT_OK(other.run_keyword(token, "Echo", json::array{1}));
+  RJG_EXPECT_KEYWORD_OK(other.run_keyword(token, "Echo", json::array{1}));
 }
 
 TEST_F(DescriptorTest, HandshakeTimeoutReachesTheClientWhileOtherWorkersLive) {
@@ -894,7 +895,7 @@ TEST_F(DescriptorTest, HandshakeTimeoutReachesTheClientWhileOtherWorkersLive) {
   auto [other, token] = session();
   remember_pid(worker_pid(other, token));
   expect_error_then_close(silent, protocol::kSessionTimeout, "", "handshake_timeout");
-  RJG_EXPECT_OK(other.run_keyword(token, "Echo", json::array{1}));
+  RJG_EXPECT_KEYWORD_OK(other.run_keyword(token, "Echo", json::array{1}));
 }
 
 TEST_F(DescriptorTest, ExitReachesTheClientWhileOtherWorkersLive) {
@@ -1084,14 +1085,14 @@ class PickleTest : public HardeningTest {
     return keyword_value(r).to_number<std::int64_t>();
   }
 
-  // The call is refused with -32017; the message names one of `names`, a byte offset (when
+  // The call is refused (PickleRefused, the keyword's failure); the message names one of `names`, a byte offset (when
   // with_offset), the pickle key and the library; the worker never ran Echo.
   void expect_refused(RpcClient& c, const std::string& token, json::array args, const std::vector<std::string>& names,
                       bool with_offset = true, std::optional<std::size_t> offset = std::nullopt) {
     auto before = echo_count(c, token);
     auto reply = c.run_keyword(token, "Echo", std::move(args));
-    RJG_ASSERT_ERROR(reply, protocol::kPickleRefused);
-    const auto msg = reply.error_message();
+    RJG_ASSERT_KEYWORD_FAILURE(reply, protocol::kPickleRefused);
+    const auto msg = reply.failure_message();
     bool named = names.empty();
     for (const auto& n : names) named = named || contains(msg, n);
     EXPECT_TRUE(named) << "the refusal names none of the expected classes or opcodes: " << msg;
@@ -1126,7 +1127,7 @@ TEST_F(PickleTest, DataOnlyRefusesEveryRouteToCode) {
   // As a named argument.
   auto before = echo_count(c, token);
   auto kw = c.run_keyword(token, "Echo", {}, json::object{{"value", pickled(malicious_pickles()[0].hex)}});
-  RJG_EXPECT_ERROR_CODE(kw, protocol::kPickleRefused);
+  RJG_EXPECT_KEYWORD_FAILURE(kw, protocol::kPickleRefused);
   EXPECT_EQ(echo_count(c, token), before);
   expect_next_session_works();
 }
@@ -1147,9 +1148,9 @@ TEST_F(PickleTest, PolicyIsPerLibraryWithDefaults) {
   expect_echoed(allowing, t1, pickled(malicious_pickles()[0].hex));
   auto [denying, t2] = session("SecondLibrary");
   auto reply = denying.run_keyword(t2, "Echo", json::array{pickled(benign_pickles()[1].second)});
-  RJG_ASSERT_ERROR(reply, protocol::kPickleRefused);
-  EXPECT_TRUE(contains(reply.error_message(), "SecondLibrary")) << reply.error_message();
-  EXPECT_TRUE(contains(reply.error_message(), "deny")) << reply.error_message();
+  RJG_ASSERT_KEYWORD_FAILURE(reply, protocol::kPickleRefused);
+  EXPECT_TRUE(contains(reply.failure_message(), "SecondLibrary")) << reply.failure_message();
+  EXPECT_TRUE(contains(reply.failure_message(), "deny")) << reply.failure_message();
 }
 
 TEST_F(PickleTest, DataOnlyRefusesMalformedPickledObjects) {
@@ -1185,8 +1186,8 @@ TEST_F(PickleTest, SecondPickledKeyCannotSmuggleAPickle) {
   c.send_raw(frame(run_keyword_body(R"("evil-last")", token, "Echo",
                                     fmt::format(R"([{{"__pickled__":"{}","__pickled__":"{}"}}])", good, evil))));
   auto refused = c.wait_reply("evil-last");
-  RJG_ASSERT_ERROR(refused, protocol::kPickleRefused);
-  EXPECT_TRUE(contains(refused.error_message(), "posix.system")) << refused.error_message();
+  RJG_ASSERT_KEYWORD_FAILURE(refused, protocol::kPickleRefused);
+  EXPECT_TRUE(contains(refused.failure_message(), "posix.system")) << refused.failure_message();
   EXPECT_EQ(echo_count(c, token), before + 1) << "the smuggled pickle reached the worker";
 }
 
@@ -1242,8 +1243,8 @@ TEST_F(PickleTest, DataOnlyRefusesAMaliciousResult) {
     SCOPED_TRACE(p.name);
     const std::string text = json::serialize(json::array{1, pickled(p.hex)});
     auto reply = c.run_keyword(token, "Return Json", json::array{json::string(text)});
-    RJG_ASSERT_ERROR(reply, protocol::kPickleRefused);
-    const auto msg = reply.error_message();
+    RJG_ASSERT_KEYWORD_FAILURE(reply, protocol::kPickleRefused);
+    const auto msg = reply.failure_message();
     bool named = false;
     for (const auto& n : p.names) named = named || contains(msg, n);
     EXPECT_TRUE(named) << msg;
@@ -1262,8 +1263,8 @@ TEST_F(PickleTest, DenyRefusesAPickledResult) {
   auto [c, token] = session();
   const std::string good = json::serialize(pickled(benign_pickles()[1].second));
   auto reply = c.run_keyword(token, "Return Json", json::array{json::string(good)});
-  RJG_ASSERT_ERROR(reply, protocol::kPickleRefused);
-  EXPECT_TRUE(contains(reply.error_message(), "deny")) << reply.error_message();
+  RJG_ASSERT_KEYWORD_FAILURE(reply, protocol::kPickleRefused);
+  EXPECT_TRUE(contains(reply.failure_message(), "deny")) << reply.failure_message();
 }
 
 TEST_F(PickleTest, AllowPassesAMaliciousResultThrough) {

@@ -473,6 +473,23 @@ json::value keyword_value(const RpcReply& reply) {
   return it == reply.result->get_object().end() ? json::value(nullptr) : it->value();
 }
 
+std::optional<KeywordFailure> keyword_failure_of(const Message& answer) {
+  if (answer.kind != Message::Kind::response) return std::nullopt;
+  const std::string_view result = answer.result_text();
+  const auto members = jsontext::members(result);  // none unless the result is an object
+  const auto* error = jsontext::find(members, "error");
+  if (!error || error->kind != jsontext::Kind::object) return std::nullopt;
+  const std::string_view error_text = error->value.of(result);
+  const auto error_members = jsontext::members(error_text);
+  auto text_of = [&](std::string_view name) {
+    const auto* member = jsontext::find(error_members, name);
+    if (!member) return std::string();
+    const auto value = member->value.of(error_text);
+    return value.starts_with('"') ? jsontext::decode_string(value) : std::string(value);
+  };
+  return KeywordFailure{text_of("type"), text_of("message")};
+}
+
 std::string describe(const RpcReply& reply) {
   json::object o;
   o["id"] = reply.id;

@@ -244,6 +244,14 @@ std::int64_t as_int(const json::value& v);
 std::string token_of(const RpcReply& reply);
 // RunKeywordResult.result, or null when the field is left out (a keyword that returned None).
 json::value keyword_value(const RpcReply& reply);
+// A robot/run_keyword answer read as a raw message: the gateway answers every failure of a call with a
+// result that carries "error" (never a JSON-RPC error). Its type and message; nullopt for a message that is
+// not such a result. Read from the text, so a result holding NaN or huge numbers is no problem.
+struct KeywordFailure {
+  std::string type;
+  std::string message;
+};
+std::optional<KeywordFailure> keyword_failure_of(const Message& answer);
 // The keyword named `name` in an import's LibraryDefinition, or nullptr.
 const json::object* keyword_definition(const json::object& definition, std::string_view name);
 // Initialize + initialized + import; returns the gateway token (ASSERT-style: throws on failure).

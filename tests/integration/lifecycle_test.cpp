@@ -335,7 +335,7 @@ TEST_F(OrphanTest, WithEndOrphansFalseTheGrandchildRunsOnAndIsReapedWhenItExits)
   EXPECT_TRUE(eventually([&] { return contains(gateway().log(), "reaped; it ended with signal 15"); }, 10s));
   // The gateway goes on serving.
   auto [c2, t2] = session();
-  RJG_EXPECT_OK(c2.run_keyword(t2, "Echo", json::array{1}));
+  RJG_EXPECT_KEYWORD_OK(c2.run_keyword(t2, "Echo", json::array{1}));
 }
 
 // ------------------------------------------------------------------------------------------------

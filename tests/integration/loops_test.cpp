@@ -65,8 +65,8 @@ TEST_F(LoopsTest, ARelayOnAnyLoopStaysOnItsOwnThread) {
   auto [b, token_b] = session();
   const json::array args{"payload"};
   for (int i = 0; i < 200; ++i) {
-    ASSERT_TRUE(a.run_keyword(token_a, "Echo", args).ok());
-    ASSERT_TRUE(b.run_keyword(token_b, "Echo", args).ok());
+    RJG_ASSERT_KEYWORD_OK(a.run_keyword(token_a, "Echo", args));
+    RJG_ASSERT_KEYWORD_OK(b.run_keyword(token_b, "Echo", args));
   }
 
   constexpr int kKeywords = 2000;

@@ -194,9 +194,13 @@ TEST_F(LosslessTest, IdsOfEveryKindComeBackByteIdentical) {
     auto relayed = exchange(c, run_body(id, token, "Echo Raw", "[1]"));
     EXPECT_EQ(relayed.kind, Message::Kind::response);
     EXPECT_EQ(relayed.id_text(), id);
-    // The gateway's own answers: an unknown token, shutdown.
+    // The gateway's own answers: an unknown token (the keyword's failure, a result the gateway makes),
+    // shutdown.
     auto refused = exchange(c, run_body(id, "no-such-token", "Echo Raw", "[]"));
-    EXPECT_EQ(refused.kind, Message::Kind::error_response);
+    EXPECT_EQ(refused.kind, Message::Kind::response) << refused.text();
+    EXPECT_EQ(keyword_failure_of(refused).value_or(KeywordFailure{}).type,
+              protocol::keyword_error_type(protocol::kUnknownToken))
+        << refused.text();
     EXPECT_EQ(refused.id_text(), id);
     auto own = exchange(c, fmt::format(R"({{"jsonrpc":"2.0","id":{},"method":"robot/shutdown"}})", id));
     EXPECT_EQ(own.id_text(), id);
@@ -271,20 +275,26 @@ TEST_F(LosslessTest, RefusedPickleInALogIsReplacedByANotice) {
   }
 }
 
-// A keyword's error answer whose data holds a refused pickle becomes -32017; a benign one is relayed.
+// A worker's JSON-RPC error answer to a keyword is that keyword's failure (a result). When its data holds a
+// refused pickle the failure is PickleRefused and the pickle goes nowhere; a benign one is a RemoteError
+// with the worker's message.
 TEST_F(LosslessTest, RefusedPickleInKeywordErrorDataIsRefused) {
   start();
   auto [c, token] = session();
   auto evil = exchange(c, run_body("1", token, "Fail With Data", "[" + jsontext::quote(pickled(kEvilHex)) + "]"));
-  ASSERT_EQ(evil.kind, Message::Kind::error_response);
-  EXPECT_EQ(evil.error_code(), protocol::kPickleRefused) << evil.text();
-  EXPECT_NE(evil.error_message().find("error.data"), std::string::npos) << evil.error_message();
+  ASSERT_EQ(evil.kind, Message::Kind::response) << evil.text();
+  const auto evil_failure = keyword_failure_of(evil);
+  ASSERT_TRUE(evil_failure) << evil.text();
+  EXPECT_EQ(evil_failure->type, protocol::keyword_error_type(protocol::kPickleRefused)) << evil.text();
+  EXPECT_NE(evil_failure->message.find("error.data"), std::string::npos) << evil_failure->message;
   EXPECT_EQ(evil.text().find(kEvilHex), std::string::npos);
   const std::string data = R"({"v":)" + pickled(kBenignHex) + R"(,"n":[NaN,1e400]})";
   auto benign = exchange(c, run_body("2", token, "Fail With Data", "[" + jsontext::quote(data) + "]"));
-  ASSERT_EQ(benign.kind, Message::Kind::error_response);
-  EXPECT_EQ(benign.error_code(), -32099);
-  EXPECT_EQ(benign.error_data_text(), data);
+  ASSERT_EQ(benign.kind, Message::Kind::response) << benign.text();
+  const auto benign_failure = keyword_failure_of(benign);
+  ASSERT_TRUE(benign_failure) << benign.text();
+  EXPECT_EQ(benign_failure->type, protocol::keyword_error_type(-32099)) << benign.text();
+  EXPECT_NE(benign_failure->message.find("failed on purpose, with data"), std::string::npos) << benign_failure->message;
 }
 
 // A result member other than "result" (the keyword's) and other than "definition" (the import's):
@@ -309,8 +319,11 @@ TEST_F(LosslessTest, RefusedPickleInAnyResultMemberIsRefused) {
   // A keyword result member next to "result".
   const std::string token = token_of(benign_import);
   auto member = exchange(c, run_body("4", token, "Return Raw", "[" + jsontext::quote(pickled(kEvilHex)) + "]"));
-  EXPECT_EQ(member.error_code(), protocol::kPickleRefused) << member.text();
-  EXPECT_NE(member.error_message().find("result.result"), std::string::npos) << member.error_message();
+  const auto member_failure = keyword_failure_of(member);
+  ASSERT_TRUE(member_failure) << member.text();
+  EXPECT_EQ(member_failure->type, protocol::keyword_error_type(protocol::kPickleRefused)) << member.text();
+  EXPECT_NE(member_failure->message.find("result.result"), std::string::npos) << member_failure->message;
+  EXPECT_EQ(member.text().find(kEvilHex), std::string::npos);
 }
 
 }  // namespace

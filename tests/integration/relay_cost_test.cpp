@@ -26,7 +26,7 @@ TEST_F(RelayCostTest, AKeywordCostsTheGatewayAtMostSevenSystemCalls) {
   start({test_library("TestLibrary")}, options);
   auto [client, token] = session();
   const json::array args{"payload"};
-  for (int i = 0; i < 200; ++i) ASSERT_TRUE(client.run_keyword(token, "Echo", args).ok());
+  for (int i = 0; i < 200; ++i) RJG_ASSERT_KEYWORD_OK(client.run_keyword(token, "Echo", args));
 
   constexpr int kKeywords = 2000;
   int failures = 0;

@@ -347,7 +347,7 @@ TEST_F(UpstreamTest, DirectWorkerServesTheImportThroughTheGateway) {
       << "the upstream did not finalize " << tokens[0] << ":\n"
       << worker.log();
   auto after = c.run_keyword(token, "Echo", json::array{1});
-  EXPECT_FALSE(after.ok()) << "a finalized token still works: " << describe(after);
+  RJG_EXPECT_KEYWORD_FAILURE(after, protocol::kUnknownToken);
 
   // The server lives on (no robot/shutdown ended it) and serves the next import, on a new connection.
   EXPECT_TRUE(eventually([&] { return count_of(worker.log(), ": closed") >= 1; }, 10s))
@@ -531,7 +531,7 @@ TEST_F(UpstreamTest, SilentUpstreamFailsTheImportAfterStartupTimeout) {
   RJG_ASSERT_OK(ok);
   const std::string token(ok.result->as_object().at("token").as_string());
   remember_pid(worker_pid(c, token));
-  RJG_EXPECT_OK(c.run_keyword(token, "Echo", json::array{1}));
+  RJG_EXPECT_KEYWORD_OK(c.run_keyword(token, "Echo", json::array{1}));
 }
 
 // A connect that never completes (a listener whose backlog is full drops the SYN): connect_timeout.
@@ -582,7 +582,7 @@ TEST_F(UpstreamTest, ConnectThatNeverCompletesFailsAfterConnectTimeout) {
   RJG_ASSERT_OK(ok);
   const std::string token(ok.result->as_object().at("token").as_string());
   remember_pid(worker_pid(c, token));
-  RJG_EXPECT_OK(c.run_keyword(token, "Echo", json::array{1}));
+  RJG_EXPECT_KEYWORD_OK(c.run_keyword(token, "Echo", json::array{1}));
 }
 
 // The server dies while a keyword runs there: that keyword fails naming the upstream, the import is over,
@@ -602,14 +602,15 @@ TEST_F(UpstreamTest, UpstreamDyingMidKeywordEndsThatImport) {
   ASSERT_TRUE(log_eventually("-> busy (keyword 'Sleep'")) << "the keyword never went to the upstream";
   ASSERT_EQ(::kill(worker.pid(), SIGKILL), 0);
   auto reply = c.wait_reply(id, {}, 30s);
-  ASSERT_FALSE(reply.ok()) << "the keyword on a dead upstream succeeded: " << describe(reply);
-  EXPECT_EQ(reply.error_code(), protocol::kWorkerFailed) << describe(reply);
-  EXPECT_TRUE(contains(reply.error_message(), where)) << reply.error_message();
-  EXPECT_TRUE(contains(reply.error_message(), "'Direct'")) << reply.error_message();
+  RJG_ASSERT_KEYWORD_FAILURE(reply, protocol::kWorkerFailed);
+  EXPECT_TRUE(contains(reply.failure_message(), where)) << reply.failure_message();
+  EXPECT_TRUE(contains(reply.failure_message(), "'Direct'")) << reply.failure_message();
 
   auto after = c.run_keyword(token, "Echo", json::array{1});
-  ASSERT_FALSE(after.ok()) << "a keyword on the lost upstream's token succeeded: " << describe(after);
-  EXPECT_FALSE(after.error_message().empty()) << describe(after);
+  ASSERT_TRUE(after.ok()) << "a keyword on the lost upstream's token was not answered as a keyword: " << describe(after);
+  ASSERT_NE(after.keyword_error(), nullptr) << "a keyword on the lost upstream's token succeeded: " << describe(after);
+  EXPECT_TRUE(protocol::keyword_error_ends_import(after.keyword_error_type())) << describe(after);
+  EXPECT_FALSE(after.failure_message().empty()) << describe(after);
 
   // A new import of it tries again (and fails: nothing listens there now); other libraries work.
   auto again = c.import_library("Direct");
@@ -631,18 +632,20 @@ TEST_F(UpstreamTest, KeywordTimeoutEndsTheConnectionNotTheServer) {
   start({upstream_library("Direct", address(worker), "keyword_timeout = \"1s\"\n")});
   auto [c, token] = session("Direct");
   auto reply = c.run_keyword(token, "Sleep", json::array{120});
-  RJG_ASSERT_ERROR(reply, protocol::kWorkerTimeout);
-  EXPECT_TRUE(contains(reply.error_message(), "keyword_timeout")) << reply.error_message();
-  EXPECT_TRUE(contains(reply.error_message(), address(worker))) << reply.error_message();
+  RJG_ASSERT_KEYWORD_FAILURE(reply, protocol::kWorkerTimeout);
+  EXPECT_TRUE(contains(reply.failure_message(), "keyword_timeout")) << reply.failure_message();
+  EXPECT_TRUE(contains(reply.failure_message(), address(worker))) << reply.failure_message();
+  // The token's next keyword imports the library again on the same server (on_worker_loss = "reimport").
   auto after = c.run_keyword(token, "Echo", json::array{1});
-  EXPECT_FALSE(after.ok()) << "the timed-out import still works: " << describe(after);
+  RJG_ASSERT_KEYWORD_OK(after);
+  EXPECT_EQ(worker_pid(c, token), worker.pid());
 
   EXPECT_TRUE(process_alive(worker.pid())) << "the upstream server was stopped";
   auto again = c.import_library("Direct");
   RJG_ASSERT_OK(again);
   const std::string t2(again.result->as_object().at("token").as_string());
   EXPECT_EQ(worker_pid(c, t2), worker.pid());
-  RJG_EXPECT_OK(c.run_keyword(t2, "Echo", json::array{2}));
+  RJG_EXPECT_KEYWORD_OK(c.run_keyword(t2, "Echo", json::array{2}));
 }
 
 // Caps apply to upstream connections as to workers: max_workers = 1 admits one import at a time.

@@ -165,7 +165,7 @@ TEST_F(SessionTest, RequestIdsRoundTripExactly) {
   auto echo = [&](const json::value& id) {
     json::object params{{"library_token", token}, {"name", "Echo"}, {"args", json::array{"x"}}, {"kwargs", json::object{}}};
     auto reply = c.request_with_id(id, protocol::kRunKeyword, params);
-    EXPECT_TRUE(reply.ok()) << describe(reply);
+    RJG_EXPECT_KEYWORD_OK(reply);
     return reply.id;
   };
   for (std::string_view id_text : {R"(42)", R"(-5)", R"(9007199254740993)", R"("abc")", R"("42")", R"("ü id \"q\"")",
@@ -206,7 +206,7 @@ TEST_F(SessionTest, PipelinedHandshakeLikeTheRealClient) {
   EXPECT_TRUE(c.wait_closed(20s));
   // And the gateway still serves new sessions.
   auto [c2, t2] = session();
-  RJG_EXPECT_OK(c2.run_keyword(t2, "Echo", json::array{1}));
+  RJG_EXPECT_KEYWORD_OK(c2.run_keyword(t2, "Echo", json::array{1}));
 }
 
 TEST_F(SessionTest, UnknownFieldsSurvive) {
@@ -485,18 +485,18 @@ TEST_F(SessionTest, TokensAreValidOnlyOnTheirConnectionAndUntilFinalized) {
   auto [a, ta] = session();
   auto [b, tb] = session();
   auto foreign = b.run_keyword(ta, "Echo", json::array{1});
-  RJG_ASSERT_ERROR(foreign, protocol::kUnknownToken);
+  RJG_ASSERT_KEYWORD_FAILURE(foreign, protocol::kUnknownToken);
   auto foreign_fin = b.finalize_library(ta);
   RJG_ASSERT_ERROR(foreign_fin, protocol::kUnknownToken);
   auto bogus = b.run_keyword("no-such-token", "Echo", json::array{1});
-  RJG_ASSERT_ERROR(bogus, protocol::kUnknownToken);
+  RJG_ASSERT_KEYWORD_FAILURE(bogus, protocol::kUnknownToken);
   // A's token still works on A after B's attempts.
   auto mine = a.run_keyword(ta, "Echo", json::array{1});
   RJG_ASSERT_KEYWORD_OK(mine);
 
   RJG_ASSERT_OK(a.finalize_library(ta));
   auto after = a.run_keyword(ta, "Echo", json::array{1});
-  RJG_ASSERT_ERROR(after, protocol::kUnknownToken);
+  RJG_ASSERT_KEYWORD_FAILURE(after, protocol::kUnknownToken);
   // A second finalize: the reference server answers {}, an unknown-token error is also fair.
   auto twice = a.finalize_library(ta);
   EXPECT_TRUE(twice.ok() ? *twice.result == json::value(json::object{}) : twice.error_code() == protocol::kUnknownToken)
@@ -506,8 +506,8 @@ TEST_F(SessionTest, TokensAreValidOnlyOnTheirConnectionAndUntilFinalized) {
   RJG_ASSERT_KEYWORD_OK(b_ok);
 }
 
-// A client that pipelines requests gets at most 64 of them in flight; each one beyond is answered at
-// once with -32014, in order, and the connection stays usable.
+// A client that pipelines requests gets at most 64 of them in flight; each keyword beyond fails at once
+// (GatewayAtCapacity, as a result), in order, and the connection stays usable.
 TEST_F(SessionTest, PipelinedRequestsBeyondTheCapAreRefusedAtOnce) {
   start();
   auto [c, token] = session();
@@ -523,14 +523,17 @@ TEST_F(SessionTest, PipelinedRequestsBeyondTheCapAreRefusedAtOnce) {
   while (refused.size() < 36) {
     auto m = c.read_message(std::chrono::seconds(20));
     ASSERT_TRUE(m) << "only " << refused.size() << " refusals arrived";
-    ASSERT_EQ(m->kind, Message::Kind::error_response) << m->text();
-    EXPECT_EQ(m->error().at("code").as_int64(), protocol::kAtCapacity) << m->text();
+    ASSERT_EQ(m->kind, Message::Kind::response) << m->text();
+    const auto failure = keyword_failure_of(*m);
+    ASSERT_TRUE(failure) << m->text();
+    EXPECT_EQ(failure->type, protocol::keyword_error_type(protocol::kAtCapacity)) << m->text();
+    EXPECT_TRUE(contains(failure->message, "max_pending_requests")) << m->text();
     refused.emplace_back(m->id().as_string());
   }
   for (int i = 0; i < 36; ++i) EXPECT_EQ(refused[i], "p" + std::to_string(64 + i));
   c.close();
   auto [c2, t2] = session();
-  RJG_EXPECT_OK(c2.run_keyword(t2, "Echo", json::array{1}));
+  RJG_EXPECT_KEYWORD_OK(c2.run_keyword(t2, "Echo", json::array{1}));
 }
 
 

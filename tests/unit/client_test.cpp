@@ -164,6 +164,40 @@ TEST_F(ClientTest, ErrorResponseWithoutIdIsTheAnswer) {
   EXPECT_EQ(reply.error_message(), "Parse error");
 }
 
+// A keyword's failure, the gateway's decision included, is a result with "error"; failure_message() reads
+// it whichever way the server said it, so a caller need not know which.
+TEST_F(ClientTest, FailureMessageReadsAKeywordFailureAndAJsonRpcError) {
+  auto failed = client_.send_request("robot/run_keyword", json::object{});
+  auto refused = client_.send_request("robot/run_keyword", json::object{});
+  auto passed = client_.send_request("robot/run_keyword", json::object{});
+  auto untyped = client_.send_request("robot/run_keyword", json::object{});
+  server_.send(R"({"jsonrpc":"2.0","id":"1","result":{"error":{"message":"worker died","type":"WorkerFailed"}}})");
+  server_.send(R"({"jsonrpc":"2.0","id":"2","error":{"code":-32602,"message":"params.name must be a string"}})");
+  server_.send(R"({"jsonrpc":"2.0","id":"3","result":{"result":"fine"}})");
+  server_.send(R"({"jsonrpc":"2.0","id":"4","result":{"error":{"message":"boom"}}})");
+
+  auto reply = client_.wait_reply(failed);
+  ASSERT_TRUE(reply.ok());
+  ASSERT_NE(reply.keyword_error(), nullptr);
+  EXPECT_EQ(reply.keyword_error_type(), "WorkerFailed");
+  EXPECT_EQ(reply.failure_message(), "worker died");
+  EXPECT_EQ(reply.error_message(), "");
+
+  reply = client_.wait_reply(refused);
+  EXPECT_FALSE(reply.ok());
+  EXPECT_EQ(reply.keyword_error_type(), "");
+  EXPECT_EQ(reply.failure_message(), "params.name must be a string");
+
+  reply = client_.wait_reply(passed);
+  EXPECT_EQ(reply.keyword_error(), nullptr);
+  EXPECT_EQ(reply.keyword_error_type(), "");
+  EXPECT_EQ(reply.failure_message(), "");
+
+  reply = client_.wait_reply(untyped);
+  EXPECT_EQ(reply.keyword_error_type(), "");
+  EXPECT_EQ(reply.failure_message(), "boom");
+}
+
 // An answer the client cannot read is a protocol error that shows the body, and what was kept
 // meanwhile stays kept: an escaped lone surrogate (classification refuses it, as Boost.JSON does), and
 // an exponent too long for Boost.JSON 1.81 (classification admits it, the result's tree cannot be built).

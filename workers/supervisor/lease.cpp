@@ -99,6 +99,14 @@ class PoolLease final : public Lease {
   pid_t pid() const override { return pid_; }
   std::string where() const override { return grant_.worker ? grant_.worker->where() : std::string("no worker"); }
   bool prewarmed() const override { return grant_.prewarmed; }
+  std::string loss() const override {
+    if (!grant_.worker) return {};
+    // death() is written before alive turns false (release/acquire), so it is complete here.
+    if (!grant_.worker->alive()) return grant_.worker->death();
+    // Exited counts at once: the worker stays "alive" while it reads the dead process's last output.
+    if (grant_.worker->state() == Worker::State::exited) return fmt::format("its worker ({}) exited", where());
+    return {};
+  }
   std::string server_name() const override { return grant_.worker ? grant_.worker->server_name() : std::string(); }
   std::optional<Message> take_preimported() override { return std::exchange(grant_.preimported, std::nullopt); }
 
@@ -134,7 +142,7 @@ class PoolLease final : public Lease {
     asio::co_spawn(worker->executor(), stop(worker, reason), log_exceptions("keyword timeout stop"));
     throw WorkerError(protocol::kWorkerTimeout,
                       fmt::format("Keyword '{}' of library '{}' did not finish within {}ms (keyword_timeout). {}, "
-                                  "and this import with it: import the library again.",
+                                  "and the library instance with it.",
                                   keyword, library().label(), timeout.count(),
                                   worker->is_upstream()
                                       ? fmt::format("Its connection to the {} is closed (the server goes on)",

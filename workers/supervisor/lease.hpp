@@ -25,6 +25,11 @@ class Lease {
   virtual std::string where() const { return "pid " + std::to_string(pid()); }
   // Served by a worker started before the import (a warm start).
   virtual bool prewarmed() const = 0;
+  // Why the worker behind it is gone ("The worker of library 'X' (pid 7) was stopped (keyword 'K' exceeded
+  // keyword_timeout 1000ms) and ended with signal 15"), or "" while it serves: no call through a lost lease
+  // can succeed, and the import it held is lost. Read from any loop.
+  virtual std::string loss() const { return {}; }
+  bool lost() const { return !loss().empty(); }
   // server_info.name from the worker's robot/initialize answer ("" when unknown): whether the worker
   // evaluates argument strings as Robot data follows from it (gateway/argument_guard.hpp).
   virtual std::string server_name() const { return {}; }

@@ -332,9 +332,8 @@ asio::awaitable<Message> Worker::request(std::string_view method, std::string pa
     // Start-up failures get their stderr tail from start(); a death mid-call gets it here.
     if (state_before == State::starting)
       throw WorkerError(protocol::kWorkerFailed, fmt::format("{} before answering {}.", death_, what), error_data());
-    std::string message = fmt::format("{} while running {}. The library instance is lost; import the library "
-                                      "again to get a new {}.",
-                                      death_, what, is_upstream() ? "connection" : "worker");
+    // What becomes of the import is the session's to say (on_worker_loss).
+    std::string message = fmt::format("{} while running {}. The library instance is lost.", death_, what);
     if (auto tail = stderr_tail(); !tail.empty()) message += " Last lines of its stderr:\n" + tail;
     throw WorkerError(protocol::kWorkerFailed, std::move(message), error_data());
   }

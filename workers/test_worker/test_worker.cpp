@@ -43,6 +43,7 @@ struct Faults {
   bool no_initialize = false;
   int stderr_lines = 0;
   bool fail_import = false;
+  std::string fail_import_if_exists;  // --fail-import-if-exists: fail imports while this file exists
   int import_delay_ms = 0;     // --import-delay: each import takes this long (a library's own import time)
   bool log_on_import = false;  // --log-on-import: each import sends a robot/log before its answer
   std::string initialize_wait_file;
@@ -103,6 +104,7 @@ constexpr const char* kUsage =
     "  --no-initialize            never answer robot/initialize\n"
     "  --stderr-lines N           print N numbered lines to stderr at start\n"
     "  --fail-import              answer robot/import_library with 'simulated import failure'\n"
+    "  --fail-import-if-exists PATH  the same while PATH exists (a library that cannot be imported again)\n"
     "  --import-delay MS          each robot/import_library takes MS milliseconds longer (a slow library import)\n"
     "  --log-on-import            each robot/import_library sends the robot/log 'import log: import N of pid P'\n"
     "                             before its answer\n"
@@ -550,6 +552,10 @@ std::optional<std::string> take_fault_flags(std::vector<std::string>& args, Faul
         faults.stderr_lines = std::stoi(*v);
       } else if (arg == "--fail-import") {
         faults.fail_import = true;
+      } else if (arg == "--fail-import-if-exists") {
+        auto v = value();
+        if (!v || v->empty()) return "--fail-import-if-exists needs a path";
+        faults.fail_import_if_exists = *v;
       } else if (arg == "--import-delay") {
         auto v = value();
         if (!v) return "--import-delay needs milliseconds";
@@ -614,7 +620,7 @@ int main(int argc, char** argv) {
   });
   g_evaluate = faults.evaluate;
   if (faults.evaluate) library.server_name("RobotJsonRpcRemoteServer");
-  library.on_import([fail = faults.fail_import, delay = faults.import_delay_ms,
+  library.on_import([fail = faults.fail_import, fail_if = faults.fail_import_if_exists, delay = faults.import_delay_ms,
                      log = faults.log_on_import](rjg::sdk::ImportContext& context) {
     const auto number = ++g_imports_handled;
     if (delay > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
@@ -622,7 +628,8 @@ int main(int argc, char** argv) {
       context.log(fmt::format("import log: import {} of pid {} (args {}, kw_args {})", number, ::getpid(),
                               context.import.args_text.empty() ? "[]" : context.import.args_text,
                               context.import.kw_args_text.empty() ? "{}" : context.import.kw_args_text));
-    if (fail) throw std::runtime_error("simulated import failure");
+    if (fail || (!fail_if.empty() && ::access(fail_if.c_str(), F_OK) == 0))
+      throw std::runtime_error("simulated import failure");
     lossless_import_hook(context);
     if (g_evaluate) {
       // Resolved at import time, as Robot resolves a library's init arguments: "code runs" now.
