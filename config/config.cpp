@@ -124,9 +124,12 @@ GlobRefusal glob_refusal(const Library& entry, std::string_view name) {
   const auto dots = [](std::string_view text) { return std::count(text.begin(), text.end(), '.'); };
   const bool client_dot = dots(name) > dots(entry.name);
   if (client_dot && !entry.dotted) return GlobRefusal::dotted;
-  const auto host_end = entry.upstream.rfind(':');
-  if (name.find('.') != std::string_view::npos &&
-      entry.upstream.substr(0, host_end).find("{library}") != std::string::npos)
+  // The host of a tcp:// or a classic http:// upstream: what lies between "://" and the next ':' or '/'.
+  const std::string_view address = entry.upstream.empty() ? entry.classic_upstream : entry.upstream;
+  const auto scheme = address.find("://");
+  const auto host_start = scheme == std::string_view::npos ? 0 : scheme + 3;
+  const auto host = address.substr(host_start, address.find_first_of(":/", host_start) - host_start);
+  if (name.find('.') != std::string_view::npos && host.find("{library}") != std::string_view::npos)
     return GlobRefusal::chooses_host;
   return GlobRefusal::none;
 }

@@ -40,23 +40,6 @@ bool import_lost(int code) {
          code == protocol::kShuttingDown;
 }
 
-// The message of a RunKeywordResult's error whose type says the import is gone
-// (protocol::keyword_error_ends_import); none for a result, or another failure.
-std::optional<std::string> lost_import(std::string_view result_text) {
-  const auto members = jsontext::members(result_text);
-  const auto* error = jsontext::find(members, "error");
-  if (!error || error->kind != jsontext::Kind::object) return std::nullopt;
-  const auto error_text = error->value.of(result_text);
-  const auto fields = jsontext::members(error_text);
-  const auto* type = jsontext::find(fields, "type");
-  if (!type || type->kind != jsontext::Kind::string ||
-      !protocol::keyword_error_ends_import(jsontext::decode_string(type->value.of(error_text))))
-    return std::nullopt;
-  const auto* message = jsontext::find(fields, "message");
-  return message && message->kind == jsontext::Kind::string ? jsontext::decode_string(message->value.of(error_text))
-                                                            : std::string();
-}
-
 std::string json_string(std::string_view text) { return json::serialize(json::value(json::string(text))); }
 
 // One robot/log as Robot's classic output has it: a *LEVEL* marker at the start of a line (the level Robot
@@ -358,9 +341,10 @@ class Instance final : public Connection, public std::enable_shared_from_this<In
     auto answer = co_await request(protocol::kRunKeyword, std::move(params));
     if (answer.kind == Message::Kind::response) {
       out.result_text = answer.result_text();
-      // A keyword's failure is in its result; one whose type says the import is gone (its worker died or
-      // overran keyword_timeout) makes the next call import again.
-      if (const auto lost = lost_import(out.result_text)) drop("its worker was lost: " + *lost);
+      // A keyword's failure is in its result: whether it took the import with it (its worker died or
+      // overran keyword_timeout) the session knows, not the text (a library may name its own error so).
+      if (auto lost = session_ ? session_->import_lost(token_) : std::string(); !lost.empty())
+        drop("its worker was lost: " + lost);
       co_return out;
     }
     out.failure = answer.error_message();

@@ -295,6 +295,17 @@ void ClientSession::handle(const Message& message) {
 
 void ClientSession::handle_invalid(const ProtocolError& problem) {
   log::info("{}: answered an invalid message with {}: {}", name_, problem.code, problem.message);
+  // A keyword whose arguments are over a limit (nesting, members) fails as a keyword: the stock client
+  // would end its session on an error answer. Only with an id the client can match.
+  if (!problem.method.empty() && problem.id_text != "null") {
+    send(failure_answer(problem.id_text, problem.method, problem.code,
+                        problem.method == protocol::kRunKeyword
+                            ? problem.message + ". The keyword's arguments are over the gateway's limit: pass a "
+                                                "smaller value, or raise the [gateway] key named."
+                            : problem.message,
+                        {}, "ArgumentsOverLimit"));
+    return;
+  }
   send(make_error_raw(problem.id_text, problem.code, problem.message));
 }
 
@@ -478,8 +489,10 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
     co_return;
   }
 
+  // Kept for a re-import unless large: every import of a connection would hold its arguments for good.
+  auto kept = worker_params.size() <= kMaxKeptImportBytes ? std::make_shared<const std::string>(worker_params) : nullptr;
   Import import{TokenMap::new_token(library.label()), library.label(), worker_token->token, lease, route, &metrics,
-                worker_params, {}, {}};
+                std::move(kept), {}, {}};
   // Before the ending_ check: nothing may suspend between it and adding the import.
   co_await room_for_answer();
   if (ending_) {
@@ -538,11 +551,25 @@ void ClientSession::on_run_keyword(const Message& request, params::RunKeyword pa
                               params.name, import->library, lost_reason(*import)));
       return;
     }
+    if (!import->import_params) {
+      reply.error(protocol::kWorkerFailed,
+                  fmt::format("Cannot run keyword '{}': the instance of library '{}' is gone ({}), and its import's "
+                              "arguments are larger than the {} bytes the gateway keeps to import it again: import "
+                              "the library again.",
+                              params.name, import->library, lost_reason(*import), kMaxKeptImportBytes));
+      return;
+    }
     spawn(reimport_then_run(std::move(reply), std::move(params)), "run_keyword");
     return;
   }
   // The import is copied: a finalize that arrives meanwhile queues behind this call on the worker.
   spawn(run_keyword(std::move(reply), to_worker(params, *import), params.name, *import), "run_keyword");
+}
+
+std::string ClientSession::import_lost(std::string_view token) const {
+  const Import* import = tokens_.find(token);
+  if (!import || (import->lost.empty() && !import->lease->lost())) return {};
+  return lost_reason(*import);
 }
 
 std::string ClientSession::lost_reason(const Import& import) {
@@ -571,26 +598,48 @@ asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunK
     if (import->reimporting) {  // another keyword on this token imports it: this one runs after
       const auto busy = import->reimporting;
       co_await busy->wait();
-      continue;
+      continue;  // that one may have failed: then this keyword tries once itself
     }
     if (import->lost.empty() && !import->lease->lost()) break;
 
     // This keyword imports the library again. Copies: the entry may move while this waits.
     const auto event = std::make_shared<AsyncEvent>(background_done_.executor());
     import->reimporting = event;
+    // However this ends (an exception included), the keywords waiting for it go on.
+    struct Release {
+      ClientSession& session;
+      const std::string& token;
+      std::shared_ptr<AsyncEvent> event;
+      ~Release() {
+        if (Import* live = session.tokens_.find(token); live && live->reimporting == event) live->reimporting.reset();
+        event->set();
+      }
+    } release{*this, token, event};
     const auto why = lost_reason(*import);
     const auto library = import->config;
     const auto label = import->library;
-    const auto import_params = import->import_params;
+    const auto import_params = import->import_params;  // shared, never null here (on_run_keyword checked)
+    const bool escaped_before = escapes_arguments(library->arguments, import->lease->server_name());
     log::warn("{}: library {}: {}; importing it again for keyword '{}' (on_worker_loss = \"reimport\")", name_,
               label, why, params.name);
     std::shared_ptr<workers::Lease> lease;
+    std::shared_ptr<const config::Library> settings = library;
     std::optional<Message> answer;
     std::optional<Failure> failure;
     try {
       lease = co_await leases_.acquire(*library);
-      auto relay = std::make_shared<CallRelay>(weak_from_this(), *library, name_);
-      answer.emplace(co_await lease->import_library(import_params, relay));
+      // A reload since the first import may have changed how the library takes its arguments: the params
+      // kept were escaped (or not) for the worker it had then.
+      if (auto granted = lease->settings()) settings = std::move(granted);
+      if (escapes_arguments(settings->arguments, lease->server_name()) != escaped_before) {
+        failure = Failure{protocol::kWorkerFailed,
+                          "a reload changed whether its worker gets argument strings escaped (arguments), so the "
+                          "arguments of the first import cannot be sent again as they were: import the library again",
+                          {}};
+      } else {
+        auto relay = std::make_shared<CallRelay>(weak_from_this(), *settings, name_);
+        answer.emplace(co_await lease->import_library(*import_params, relay));
+      }
     } catch (const workers::WorkerError& e) {
       failure = from(e);
     }
@@ -603,9 +652,6 @@ asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunK
       failure = Failure{protocol::kWorkerFailed,
                         fmt::format("its worker ({}) answered robot/import_library without a token", lease->where()),
                         {}};
-    import = tokens_.find(token);
-    if (import) import->reimporting.reset();
-    event->set();
     if (failure) {
       if (lease) co_await lease->release("its re-import failed");
       log::warn("{}: library {} could not be imported again: {}", name_, label, failure->message);
@@ -616,6 +662,7 @@ asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunK
                               params.name, label, why, failure->message));
       co_return;
     }
+    import = tokens_.find(token);
     if (!import || ending_) {
       co_await lease->end(fmt::format("{{\"token\":{}}}", jsontext::quote(worker_token->token)),
                           "its import was finalized, or its session closed, during the re-import");
@@ -629,6 +676,7 @@ asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunK
     auto old = std::exchange(import->lease, lease);
     const auto old_params = finalize_params(*import);
     import->worker_token = worker_token->token;
+    import->config = settings;
     import->lost.clear();
     spawn(end_import(std::move(old), old_params, "its worker was lost"), "end lost import of " + label);
     log::info("{}: imported library {} again in worker {}", name_, label, lease->where());
@@ -643,8 +691,16 @@ asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunK
         {"console", false}};
     co_await room_for_answer();
     send(make_notification_raw(protocol::kLog, json::serialize(log_params)));
+    break;  // once: a new worker that is already gone fails this keyword as any lost worker does
   }
   const Import* import = tokens_.find(token);
+  if (!import) {  // finalized while the log waited for room
+    co_await room_for_answer();
+    reply.error(protocol::kUnknownToken,
+                fmt::format("Cannot run keyword '{}': its library was finalized while it was being imported again.",
+                            params.name));
+    co_return;
+  }
   co_await run_keyword(std::move(reply), to_worker(params, *import), params.name, *import);
 }
 
@@ -754,7 +810,7 @@ void ClientSession::on_exit(const Message&) {
 asio::awaitable<void> ClientSession::end_import(std::shared_ptr<workers::Lease> lease, std::string finalize_params,
                                                std::string why) {
   // The lease is held here: the import it belonged to is gone.
-  co_await lease->end(std::move(finalize_params), "its session closed: " + why);
+  co_await lease->end(std::move(finalize_params), std::move(why));
 }
 
 asio::awaitable<void> ClientSession::end(std::string why) {
@@ -765,7 +821,7 @@ asio::awaitable<void> ClientSession::end(std::string why) {
   count_imports();
   for (auto& import : all) {
     auto what = "end import of " + import.library;
-    spawn(end_import(import.lease, finalize_params(import), why), std::move(what));
+    spawn(end_import(import.lease, finalize_params(import), "its session closed: " + why), std::move(what));
   }
   // Imports still starting end their own worker when they see the session ending. Each of these tasks
   // is bounded by its own timeouts, except a keyword still running on a shared worker.

@@ -46,6 +46,8 @@ class ClientSession : public ServerMethods,
   bool handshake_started() const { return protocol_.initialize_received(); }
   // Imports, keywords or finalizes are running for this session.
   bool busy() const { return background_ > 0; }
+  // Why the import of `token` lost its worker ("" while it serves, or when there is no such import).
+  std::string import_lost(std::string_view token) const;
   // Bytes of request text this connection has waiting for an answer (counted by each Reply).
   std::size_t pending_bytes() const { return pending_bytes_; }
   std::size_t requests_in_flight() const { return requests_in_flight_; }

@@ -175,7 +175,10 @@ asio::awaitable<void> serve_connection(std::shared_ptr<State> state, std::uint64
   for (std::size_t served = 0;;) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(max, std::numeric_limits<std::uint32_t>::max())));
-    parser.body_limit(max);
+    // No body limit of Beast's while the header is read: it would refuse a Content-Length over it before the
+    // header is done, and then the length is unknown (a too_large_answer drains the declared body). The
+    // body's limit is set below, from what the header left of max.
+    parser.body_limit(boost::none);
     // Both deadlines count from here: trickling bytes does not move them.
     const auto waiting_since = std::chrono::steady_clock::now();
     stream->expires_at(waiting_since + header_timeout);
@@ -222,7 +225,8 @@ asio::awaitable<void> serve_connection(std::shared_ptr<State> state, std::uint64
                                                       "body).\n",
                                                       max))
                               : text(400, fmt::format("Bad request: {}.\n", ec.message()));
-        const auto declared = parser.content_length();
+        // Only a complete header has a length (Beast asserts it): a header over the limit, or garbage, has none.
+        const auto declared = parser.is_header_done() ? parser.content_length() : boost::optional<std::uint64_t>();
         const std::uint64_t linger = large && limits.too_large_answer && declared ? *declared : kLingerBytes;
         if (co_await write_response(*stream, make_response(answer, 11, true, allow), false, request_timeout) &&
             !state->stopped)

@@ -11,11 +11,11 @@
 namespace rjg::gateway {
 
 std::string failure_answer(std::string_view id_text, std::string_view method, int code, std::string_view message,
-                           std::string_view data_json) {
+                           std::string_view data_json, std::string_view type) {
   if (method != protocol::kRunKeyword) return make_error_raw(id_text, code, message, data_json);
   // The error's data (a refused pickle's path and offset, a worker's pid) is in the message already; a
   // RunKeywordError has no member for it.
-  json::object error{{"message", message}, {"type", protocol::keyword_error_type(code)}};
+  json::object error{{"message", message}, {"type", type.empty() ? protocol::keyword_error_type(code) : type}};
   return make_result_raw(id_text, json::serialize(json::object{{"error", std::move(error)}}));
 }
 

@@ -17,8 +17,9 @@ class ClientSession;
 // The answer to a request of `method` that failed: a JSON-RPC error, except for robot/run_keyword, which is
 // always answered with a result (protocol::keyword_error_type). The one place that decides, for a Reply and
 // for the admission refusals that answer before a Reply exists.
+// `type`: the keyword failure's type when the code alone does not say it ("": keyword_error_type(code)).
 std::string failure_answer(std::string_view id_text, std::string_view method, int code, std::string_view message,
-                           std::string_view data_json = {});
+                           std::string_view data_json = {}, std::string_view type = {});
 
 class Reply {
  public:

@@ -27,6 +27,7 @@
 #include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -117,6 +118,10 @@ Server::Listener Server::open_unix(const config::ListenAddress& address) {
   const auto slash = path.rfind('/');
   std::string private_dir =
       (slash == std::string::npos ? std::string(".") : path.substr(0, slash == 0 ? 1 : slash)) + "/.rjg-XXXXXX";
+  if (private_dir.size() + 2 > sizeof(sockaddr_un::sun_path) - 1)
+    throw fail(fmt::format("the gateway binds the socket in a private directory beside it first ({}/s), and that "
+                           "path would be longer than a socket's {} bytes; choose a shorter directory",
+                           private_dir, sizeof(sockaddr_un::sun_path) - 1));
   if (!::mkdtemp(private_dir.data()))
     throw fail(fmt::format("cannot make a private directory beside it ({}): the gateway needs to create files in "
                            "the socket's directory",

@@ -19,6 +19,10 @@
 
 namespace rjg::gateway {
 
+// The largest import params kept for a re-import: a connection's imports hold them for as long as they
+// live, beyond max_pending_bytes.
+inline constexpr std::size_t kMaxKeptImportBytes = 1024 * 1024;
+
 struct Import {
   std::string token;         // what the client holds
   std::string library;       // configured library name
@@ -27,8 +31,9 @@ struct Import {
   std::shared_ptr<const config::Library> config;  // its settings (the configuration at its import)
   workers::LibraryMetrics* metrics = nullptr;     // its library's counters (none in unit tests' fakes)
   // The robot/import_library params the worker got (escaped as sent): what a re-import sends again when the
-  // worker is lost (on_worker_loss = "reimport").
-  std::string import_params;
+  // worker is lost (on_worker_loss = "reimport"). Shared: every keyword's copy of the import holds the same.
+  // None when larger than kMaxKeptImportBytes (such an import is not imported again).
+  std::shared_ptr<const std::string> import_params;
   // Why its worker was lost, once a keyword failed with it; "" while it serves.
   std::string lost;
   // Set while a keyword imports the library again: later keywords on the token wait for it.

@@ -97,16 +97,21 @@ Classified MessageAccess::classify(std::string_view body, jsontext::Scanned scan
 Classified parse_message(std::string_view body, const JsonLimits& limits) {
   auto [scanned, error] = jsontext::scan(body, jsontext::Limits{limits.max_depth, limits.max_object_members});
   if (error) {
+    // A limit, not a malformed body: the message is otherwise sound, and its method says how to answer it
+    // (a keyword's arguments over a limit fail that keyword only).
     if (error->too_many_members)
       return ProtocolError{protocol::kInvalidRequest,
                            fmt::format("Invalid Request: the object at byte {} has more than {} members, the most "
                                        "this server accepts in one object (max_object_members)",
                                        error->offset, limits.max_object_members),
-                           top_level_id(body)};
-    std::string what = error->too_deep ? fmt::format("Parse error: JSON nesting is deeper than {} levels",
-                                                     limits.max_depth)
-                                       : fmt::format("Parse error: {} (at byte {})", error->message, error->offset);
-    return ProtocolError{protocol::kParseError, std::move(what), top_level_id(body)};
+                           top_level_id(body), top_level_method(body)};
+    if (error->too_deep)
+      return ProtocolError{protocol::kParseError,
+                           fmt::format("Parse error: JSON nesting is deeper than {} levels (max_json_depth)",
+                                       limits.max_depth),
+                           top_level_id(body), top_level_method(body)};
+    return ProtocolError{protocol::kParseError, fmt::format("Parse error: {} (at byte {})", error->message, error->offset),
+                         top_level_id(body)};
   }
   return MessageAccess::classify(body, std::move(*scanned));
 }
@@ -119,7 +124,14 @@ class LenientScan {
   explicit LenientScan(std::string_view s) : s_(s) {}
 
   std::string id() {
-    std::string found = "null";
+    const auto value = member("id", 14);  // an escaped key ("\u0069d") is at most 14 bytes long
+    return value && valid(*value) ? std::string(*value) : "null";
+  }
+
+  // The value text of the last top-level member `name` read before the structure breaks; none when there
+  // is none. Keys longer than max_key bytes (escapes included) are not compared.
+  std::optional<std::string_view> member(std::string_view name, std::size_t max_key) {
+    std::optional<std::string_view> found;
     skip_space();
     if (!take('{')) return found;
     for (;;) {
@@ -137,8 +149,7 @@ class LenientScan {
       while (!value.empty() && (value.back() == ' ' || value.back() == '\t' || value.back() == '\n' ||
                                 value.back() == '\r'))
         value.remove_suffix(1);
-      // An escaped key ("\u0069d") is at most 14 bytes long; longer keys are not "id".
-      if (key.size() <= 14 && jsontext::decode_string(key) == "id") found = valid(value) ? std::string(value) : "null";
+      if (key.size() <= max_key && jsontext::decode_string(key) == name) found = value;
       skip_space();
       if (!take(',')) return found;
     }
@@ -197,6 +208,13 @@ class LenientScan {
 }  // namespace
 
 std::string top_level_id(std::string_view body) { return LenientScan(body).id(); }
+
+std::string top_level_method(std::string_view body) {
+  const auto value = LenientScan(body).member("method", 40);
+  if (!value || value->size() > 80) return {};
+  auto [scanned, error] = jsontext::scan(*value);
+  return scanned && scanned->kind == jsontext::Kind::string ? jsontext::decode_string(*value) : std::string();
+}
 
 std::string Message::with_id(std::string_view id_text, std::vector<std::pair<Slice, std::string>> edits) const {
   if (id_) edits.emplace_back(*id_, std::string(id_text));

@@ -78,6 +78,9 @@ struct ProtocolError {
   int code;
   std::string message;
   std::string id_text = "null";  // the request's id when it could be read
+  // For a body over a limit (max_json_depth, max_object_members), its top-level "method" when it could be
+  // read: a robot/run_keyword is then answered as the keyword's failure. Empty otherwise.
+  std::string method{};
 };
 
 using Classified = std::variant<Message, ProtocolError>;
@@ -92,6 +95,8 @@ Classified parse_message(std::string_view body, const JsonLimits& limits = {});
 // the object (never one nested deeper), when it is a valid id; "null" otherwise. A lenient scan that
 // skips broken values, and stops where the object's structure breaks. Linear in the body.
 std::string top_level_id(std::string_view body);
+// The same lenient scan for the top-level "method": its decoded text when it is a string; "" otherwise.
+std::string top_level_method(std::string_view body);
 
 // Why a server cannot dispatch a client's request or notification: the method is not one the
 // protocol defines for clients, or it came as the wrong kind (a notification with an id, a request

@@ -67,8 +67,9 @@ inline std::string_view keyword_error_type(int code) {
     default: return "RemoteError";
   }
 }
-// Whether a keyword failure of that type means the import is gone (its worker died, overran
-// keyword_timeout, or the token is not known): a later keyword needs a new import.
+// Whether a keyword failure of that type is the gateway's word that the import is gone (its worker died,
+// overran keyword_timeout, or the token is not known). For a reader of answers (the tests): the gateway
+// itself knows from the session, as a library may name its own exception so.
 inline bool keyword_error_ends_import(std::string_view type) {
   return type == "WorkerFailed" || type == "KeywordTimeout" || type == "UnknownLibraryToken" || type == "GatewayStopping";
 }

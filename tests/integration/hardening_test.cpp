@@ -440,6 +440,24 @@ class JsonTest : public HardeningTest {
   }
 };
 
+// A keyword whose arguments are over a limit fails as that keyword (a result, type ArgumentsOverLimit, with
+// the request's id): the stock client would end its session on an error answer.
+void expect_argument_limit_and_go_on(RpcClient& c, const std::string& token, std::string_view body,
+                                     std::string_view needle) {
+  c.send_raw(frame(body));
+  auto m = c.read_message(kBound);
+  ASSERT_TRUE(m) << "no answer to the body " << log::printable(body, 120);
+  ASSERT_EQ(m->kind, Message::Kind::response) << describe_message(*m);
+  EXPECT_EQ(m->id_text(), rjg::top_level_id(body)) << describe_message(*m);
+  const auto failure = keyword_failure_of(*m);
+  ASSERT_TRUE(failure) << describe_message(*m);
+  EXPECT_EQ(failure->type, "ArgumentsOverLimit") << describe_message(*m);
+  EXPECT_TRUE(icontains(failure->message, std::string(needle))) << failure->message;
+  auto echo = c.run_keyword(token, "Echo", json::array{"goes on"});
+  RJG_ASSERT_KEYWORD_OK(echo);
+  EXPECT_EQ(keyword_value(echo), json::value("goes on"));
+}
+
 TEST_F(JsonTest, BrokenBodiesAreAnsweredAndTheConnectionGoesOn) {
   start(default_libraries(), options());
   auto [c, token] = session();
@@ -476,10 +494,10 @@ TEST_F(JsonTest, DeepNestingIsRefusedAndTheConnectionGoesOn) {
   start(default_libraries(), options());
   auto [c, token] = session();
   // Default max_json_depth = 64; the request itself takes 3 levels (message, params, args).
-  expect_parse_error_and_go_on(c, token, run_keyword_body(R"("d1")", token, "Echo", "[" + nested_arrays(70) + "]"),
-                               "nest");
-  expect_parse_error_and_go_on(c, token, run_keyword_body(R"("d2")", token, "Echo", "[" + nested_objects(70) + "]"),
-                               "nest");
+  expect_argument_limit_and_go_on(c, token, run_keyword_body(R"("d1")", token, "Echo", "[" + nested_arrays(70) + "]"),
+                                  "max_json_depth");
+  expect_argument_limit_and_go_on(c, token, run_keyword_body(R"("d2")", token, "Echo", "[" + nested_objects(70) + "]"),
+                                  "max_json_depth");
   // Far deeper than any stack would like: refused without harm.
   expect_parse_error_and_go_on(c, token, std::string(1 << 20, '['), "nest");
   expect_parse_error_and_go_on(c, token, nested_objects(200000), "nest");
@@ -493,8 +511,8 @@ TEST_F(JsonTest, MaxJsonDepthIsInclusiveAndConfigurable) {
   auto reply = c.wait_reply("at-limit");
   RJG_ASSERT_KEYWORD_OK(reply);
   EXPECT_EQ(keyword_value(reply), json::parse(nested_arrays(13)));
-  expect_parse_error_and_go_on(c, token,
-                               run_keyword_body(R"("over")", token, "Echo", "[" + nested_arrays(14) + "]"), "16");
+  expect_argument_limit_and_go_on(c, token,
+                                  run_keyword_body(R"("over")", token, "Echo", "[" + nested_arrays(14) + "]"), "16");
 }
 
 TEST_F(JsonTest, InvalidUtf8IsRefusedAndTheConnectionGoesOn) {

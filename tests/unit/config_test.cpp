@@ -1773,6 +1773,13 @@ command = ["worker", "--name", "{library}"]
   EXPECT_EQ(glob_refusal(lab, "LabPower.Tools.shutil"), GlobRefusal::denied);
   lab.upstream = "tcp://{library}.lab:8270";
   EXPECT_EQ(glob_refusal(lab, "LabPower.Tools"), GlobRefusal::chooses_host);
+  // A classic upstream's host too; its path may hold the name.
+  lab.upstream.clear();
+  lab.classic_upstream = "http://{library}:8270/RPC2";
+  EXPECT_EQ(glob_refusal(lab, "evil.example.com"), GlobRefusal::chooses_host);
+  lab.classic_upstream = "http://lab:8270/{library}";
+  EXPECT_EQ(glob_refusal(lab, "LabPower.Tools"), GlobRefusal::none);
+  lab.classic_upstream.clear();
   // Dots the pattern holds are the operator's.
   rjg::config::Library org;
   org.name = "Org.Lab*";

@@ -97,14 +97,16 @@ class PoolLease final : public Lease {
   }
 
   pid_t pid() const override { return pid_; }
-  std::string where() const override { return grant_.worker ? grant_.worker->where() : std::string("no worker"); }
+  std::string where() const override { return where_; }
   bool prewarmed() const override { return grant_.prewarmed; }
   std::string loss() const override {
-    if (!grant_.worker) return {};
+    if (!had_worker_) return {};
+    const auto worker = watched_.lock();
+    if (!worker) return fmt::format("its worker ({}) is gone", where_);
     // death() is written before alive turns false (release/acquire), so it is complete here.
-    if (!grant_.worker->alive()) return grant_.worker->death();
+    if (!worker->alive()) return worker->death();
     // Exited counts at once: the worker stays "alive" while it reads the dead process's last output.
-    if (grant_.worker->state() == Worker::State::exited) return fmt::format("its worker ({}) exited", where());
+    if (worker->state() == Worker::State::exited) return fmt::format("its worker ({}) exited", where_);
     return {};
   }
   std::string server_name() const override { return grant_.worker ? grant_.worker->server_name() : std::string(); }
@@ -219,6 +221,10 @@ class PoolLease final : public Lease {
   Grant grant_;
   asio::any_io_executor executor_;
   pid_t pid_ = grant_.worker ? grant_.worker->pid() : 0;
+  // Read from the session's loop while the pools' loop may move grant_.worker out (a release): copies.
+  std::string where_ = grant_.worker ? grant_.worker->where() : std::string("no worker");
+  std::weak_ptr<Worker> watched_ = grant_.worker;  // not kept alive by the lease
+  bool had_worker_ = grant_.worker != nullptr;
   std::string library_name_ = grant_.pool ? grant_.pool->library().label() : std::string();
 };
 

@@ -290,8 +290,7 @@ asio::awaitable<Message> Worker::call(std::string_view method, std::string param
 
 std::string Worker::unavailable(const std::string& what) const {
   if (!death_.empty())
-    return fmt::format("Cannot run {}: {}. Import the library again to get a new {}.", what, death_,
-                       is_upstream() ? "connection" : "worker");
+    return fmt::format("Cannot run {}: {}.", what, death_);  // what comes next is the session's to say
   return fmt::format("Cannot run {}: {} is being stopped ({}).", what, subject_lower(), stop_reason_);
 }
 
