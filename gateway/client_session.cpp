@@ -543,7 +543,7 @@ void ClientSession::on_run_keyword(const Message& request, params::RunKeyword pa
   }
   // An import whose worker was lost (a keyword failed with it, or it died while idle) is imported again
   // first, or the keyword fails, as the library's on_worker_loss says.
-  if (!import->lost.empty() || import->lease->lost() || import->reimporting) {
+  if (worker_lost(*import) || import->reimporting) {
     if (import->config->on_worker_loss == config::WorkerLoss::fail) {
       reply.error(protocol::kWorkerFailed,
                   fmt::format("Cannot run keyword '{}': the instance of library '{}' is gone ({}), and "
@@ -568,9 +568,11 @@ void ClientSession::on_run_keyword(const Message& request, params::RunKeyword pa
 
 std::string ClientSession::import_lost(std::string_view token) const {
   const Import* import = tokens_.find(token);
-  if (!import || (import->lost.empty() && !import->lease->lost())) return {};
+  if (!import || !worker_lost(*import)) return {};
   return lost_reason(*import);
 }
+
+bool ClientSession::worker_lost(const Import& import) { return !import.lost.empty() || import.lease->lost(); }
 
 std::string ClientSession::lost_reason(const Import& import) {
   if (!import.lost.empty()) return import.lost;
@@ -586,7 +588,7 @@ std::string ClientSession::lost_reason(const Import& import) {
 
 asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunKeyword params) {
   const std::string token = params.library_token;
-  for (;;) {
+  for (bool reimported = false;;) {
     Import* import = tokens_.find(token);
     if (!import) {
       co_await room_for_answer();
@@ -600,7 +602,8 @@ asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunK
       co_await busy->wait();
       continue;  // that one may have failed: then this keyword tries once itself
     }
-    if (import->lost.empty() && !import->lease->lost()) break;
+    // Once: a new worker that is already gone fails this keyword as any lost worker does.
+    if (reimported || !worker_lost(*import)) break;
 
     // This keyword imports the library again. Copies: the entry may move while this waits.
     const auto event = std::make_shared<AsyncEvent>(background_done_.executor());
@@ -691,16 +694,9 @@ asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunK
         {"console", false}};
     co_await room_for_answer();
     send(make_notification_raw(protocol::kLog, json::serialize(log_params)));
-    break;  // once: a new worker that is already gone fails this keyword as any lost worker does
+    reimported = true;  // the loop looks the import up again: it may have been finalized meanwhile
   }
-  const Import* import = tokens_.find(token);
-  if (!import) {  // finalized while the log waited for room
-    co_await room_for_answer();
-    reply.error(protocol::kUnknownToken,
-                fmt::format("Cannot run keyword '{}': its library was finalized while it was being imported again.",
-                            params.name));
-    co_return;
-  }
+  const Import* import = tokens_.find(token);  // found just now, with nothing suspended since
   co_await run_keyword(std::move(reply), to_worker(params, *import), params.name, *import);
 }
 

@@ -95,6 +95,8 @@ class ClientSession : public ServerMethods,
   // A keyword on an import whose worker was lost: imports the library again (once, however many keywords
   // wait for it) with the params of the first import, tells the client's log, then runs the keyword.
   asio::awaitable<void> reimport_then_run(Reply reply, params::RunKeyword params);
+  // Whether the import's worker is gone: a keyword failed with it, or the lease says so.
+  static bool worker_lost(const Import& import);
   static std::string lost_reason(const Import& import);
   asio::awaitable<void> finalize_library(Reply reply, Import import);
   void count_imports();  // for /status

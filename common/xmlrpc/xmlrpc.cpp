@@ -306,8 +306,6 @@ class StreamParser {
         parent.value = std::move(f.value);
         return;
       case Kind::data:
-        parent.value = std::move(f.value);
-        return;
       case Kind::struct_:
         parent.value = std::move(f.value);
         return;
