@@ -1,6 +1,7 @@
 #include "gateway/http_server.hpp"
 
 #include "gateway/addresses.hpp"
+#include "gateway/client_counts.hpp"
 
 #include "common/log.hpp"
 #include "common/runtime/async_event.hpp"
@@ -61,7 +62,7 @@ struct HttpState {
   std::vector<std::shared_ptr<tcp::acceptor>> acceptors;
   // Every open connection, by number: stop() closes them.
   std::unordered_map<std::uint64_t, std::shared_ptr<beast::tcp_stream>> open;
-  std::unordered_map<std::string, std::size_t> per_client;  // open connections per client address
+  ClientCounts per_client;  // open connections per client address
   // The connections of `open` taken beyond max_connections for probes (probe_connections): their client
   // address, by number, so the oldest comes first.
   std::map<std::uint64_t, std::string> probe_room;
@@ -158,8 +159,7 @@ asio::awaitable<void> serve_connection(std::shared_ptr<State> state, std::uint64
     ~Forget() {
       state.open.erase(number);
       state.probe_room.erase(number);
-      if (auto it = state.per_client.find(client); it != state.per_client.end() && --it->second == 0)
-        state.per_client.erase(it);
+      state.per_client.remove(client);
     }
   } forget{*state, number, client};
   const std::string_view name = state->name;
@@ -327,8 +327,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<State> state,
     const auto most = limits.max_connections;
     const auto most_per_client = limits.max_connections_per_client;
     const bool full = most && state->open.size() - state->probe_room.size() >= most;
-    const auto it = state->per_client.find(client);
-    const std::size_t from_client = it == state->per_client.end() ? 0 : it->second;
+    const std::size_t from_client = state->per_client.held(client);
     // Over max_connections, a client may take room kept for probes, one connection per address: a probe
     // then gets through whoever holds the rest, unless as many other addresses hold that room too.
     const bool has_probe_room =
@@ -377,7 +376,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<State> state,
     auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
     state->open.emplace(number, stream);
     if (for_probes) state->probe_room.emplace(number, client);
-    ++state->per_client[client];
+    state->per_client.add(client);
     auto name = fmt::format("{}:{}", client, peer.port());
     asio::co_spawn(state->io, serve_connection(state, number, std::move(stream), client, name, for_probes),
                    log_exceptions(state->name + " connection " + name));
