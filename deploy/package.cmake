@@ -13,6 +13,8 @@
 #   PREFIX/lib/tmpfiles.d      robot-jsonrpc-gateway.conf: /run/robot-jsonrpc-gateway, /var/lib/...
 #   PREFIX/share/doc/robot-jsonrpc-gateway
 #                              README.md; in the package also copyright and changelog.gz
+#   PREFIX/share/man/man1, man8
+#                              the programs' man pages (doc/man), gzipped
 #   /etc/robot-jsonrpc-gateway/gateway.toml
 #                              deploy/gateway.toml (the package's conffile). Left out of a plain
 #                              `cmake --install`; `--component config` writes it, never over an
@@ -31,6 +33,21 @@ file(MAKE_DIRECTORY "${_rjg_pkg}/control" "${_rjg_pkg}/doc")
 # --- Files installed by every install (package and source) -------------------------------------------
 
 install(FILES "${PROJECT_SOURCE_DIR}/README.md" DESTINATION share/doc/robot-jsonrpc-gateway COMPONENT doc)
+
+# Man pages (doc/man): the version filled in and gzip -9n'd at configure time, as lintian wants them
+# (configure_file makes an edited page re-run cmake). The two example workers share one page.
+set(_rjg_man_pages robot-jsonrpc-gateway.8 robot-jsonrpc-cli.1 robot-example-calculator.1
+    robot-classic-bridge.1 robot-mcp-worker.1 robot-ansible-worker.1)
+file(MAKE_DIRECTORY "${_rjg_pkg}/man")
+foreach(_rjg_page IN LISTS _rjg_man_pages)
+  configure_file("${PROJECT_SOURCE_DIR}/doc/man/${_rjg_page}" "${_rjg_pkg}/man/${_rjg_page}" @ONLY)
+  execute_process(COMMAND gzip -9nc "${_rjg_pkg}/man/${_rjg_page}" OUTPUT_FILE "${_rjg_pkg}/man/${_rjg_page}.gz"
+                  COMMAND_ERROR_IS_FATAL ANY)
+  string(REGEX REPLACE ".*\\." "" _rjg_section "${_rjg_page}")
+  install(FILES "${_rjg_pkg}/man/${_rjg_page}.gz" DESTINATION "share/man/man${_rjg_section}" COMPONENT doc)
+endforeach()
+file(CREATE_LINK robot-example-calculator.1.gz "${_rjg_pkg}/man/robot-example-strings.1.gz" SYMBOLIC)
+install(FILES "${_rjg_pkg}/man/robot-example-strings.1.gz" DESTINATION share/man/man1 COMPONENT doc)
 
 # Runs at install time, where CMAKE_INSTALL_PREFIX is that install's prefix (and DESTDIR, if set, is
 # prepended by file(INSTALL)). Only the Exec*= and Documentation= lines of the units change.
@@ -90,23 +107,35 @@ file(WRITE "${_rjg_pkg}/doc/changelog"
 ")
 execute_process(COMMAND gzip -9nc "${_rjg_pkg}/doc/changelog" OUTPUT_FILE "${_rjg_pkg}/doc/changelog.gz"
                 COMMAND_ERROR_IS_FATAL ANY)
-# The repository has no LICENSE file and the README names no licence: the copyright file says so
-# rather than invent one. Replace the License paragraph when the project chooses a licence. (2026:
-# the year of the first commit.)
+# The licence is the top-level LICENSE (Apache-2.0). Debian's base system ships its text as
+# /usr/share/common-licenses/Apache-2.0, so the copyright file refers to it rather than repeat it
+# (lintian: copyright-file-contains-full-apache-2-license). (2026: the year of the first commit.)
 file(WRITE "${_rjg_pkg}/doc/copyright"
 "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: robot-jsonrpc-gateway
 Upstream-Contact: ${RJG_DEB_MAINTAINER}
 Comment: This package is built from the robot-jsonrpc-gateway source tree with CPack
- (deploy/package.cmake). The source tree contains no LICENSE file, and its README.md
- states no licence terms.
+ (deploy/package.cmake). The licence's full text is the file LICENSE at the top of that tree.
 
 Files: *
 Copyright: 2026 the robot-jsonrpc-gateway authors
-License: unspecified
- The authors have not yet published licence terms for this software. Until they do,
- no licence beyond what applicable law allows is granted; ask the upstream contact
- before redistributing it.
+License: Apache-2.0
+
+License: Apache-2.0
+ Licensed under the Apache License, Version 2.0 (the \"License\");
+ you may not use this file except in compliance with the License.
+ You may obtain a copy of the License at
+ .
+ http://www.apache.org/licenses/LICENSE-2.0
+ .
+ Unless required by applicable law or agreed to in writing, software
+ distributed under the License is distributed on an \"AS IS\" BASIS,
+ WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+ See the License for the specific language governing permissions and
+ limitations under the License.
+ .
+ On Debian systems, the complete text of the Apache License, Version 2.0
+ can be found in \"/usr/share/common-licenses/Apache-2.0\".
 ")
 install(FILES "${_rjg_pkg}/doc/copyright" "${_rjg_pkg}/doc/changelog.gz"
         DESTINATION share/doc/robot-jsonrpc-gateway COMPONENT deb EXCLUDE_FROM_ALL)
