@@ -40,7 +40,8 @@ npm() {  # (type -P: a binary only; command -v would find this function)
 }
 # Each stage's build runs while the stage before it tests, at the lowest CPU priority: the tests spend
 # much of their time waiting on processes and sockets, and take the CPU back whenever they need it. A
-# background build writes its own log, printed only when it fails. (The tests assert no timings, so
+# background build writes its own log (BUILD/build.log: nothing beside the sources), printed only when it
+# fails. (The tests assert no timings, so
 # a busier machine cannot fail them; it only makes them take a little longer.)
 background=
 background_log=
@@ -61,7 +62,21 @@ finish_build() {  # waits for the background build; fails the run if it failed
   fi
   background=
 }
-trap '[[ -n $background ]] && kill -- "-$background" 2>/dev/null; true' EXIT
+# Each stage's wall time, printed at the end (and on a failure, up to the stage that failed): where a
+# run's minutes go. A stage's time includes waiting for its build when that build was not done yet.
+stage_times=()
+stage_started=$SECONDS
+stage_name="install and build"
+stage() {  # NAME: ends the current stage and starts NAME
+  stage_times+=("$(printf '%-28s %4d s' "$stage_name" $((SECONDS - stage_started)))")
+  stage_name=$1 stage_started=$SECONDS
+}
+print_stage_times() {
+  stage_times+=("$(printf '%-28s %4d s' "$stage_name" $((SECONDS - stage_started)))")
+  echo "test: time per stage (total $((SECONDS)) s):" >&2
+  printf '  %s\n' "${stage_times[@]}" >&2
+}
+trap '[[ -n $background ]] && kill -- "-$background" 2>/dev/null; print_stage_times; true' EXIT
 
 # Line tables (-g1) rather than full debug info: a backtrace still names file and line, and the build,
 # most of it test code, takes about a quarter less time. (deploy/build.sh alone builds with -g.)
@@ -81,15 +96,17 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
   # -Og -g1: ASan at -O2 makes g++ about five times slower (the GoogleTest files most); -Og still
   # inlines enough to run the integration tests quickly, and line tables are all a report needs.
   echo "sanitizers: building the suite with ASan and UBSan into $asan_build (in the background)" >&2
-  start_build sanitizers "$asan_build.log" env BUILD_DIR="$asan_build" "$top/deploy/build.sh" -DRJG_BUILD_TESTS=ON \
+  start_build sanitizers "$asan_build/build.log" env BUILD_DIR="$asan_build" "$top/deploy/build.sh" -DRJG_BUILD_TESTS=ON \
     -DRJG_INTEGRATION_TESTS=OFF -DRJG_BUILD_BENCH=OFF -DRJG_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-Og -g1 -D_GLIBCXX_ASSERTIONS"
 fi
+stage "tests (first build)"
 (cd "$build" && ctest --output-on-failure --timeout 300 -j2)
 
 if [[ ${SANITIZE:-1} != 0 ]]; then
+  stage "ASan and UBSan"
   finish_build
   if [[ ${TSAN:-1} != 0 ]]; then
-    start_build tsan "$tsan_build.log" env BUILD_DIR="$tsan_build" TSAN_STEP=build "$top/deploy/tsan.sh"
+    start_build tsan "$tsan_build/build.log" env BUILD_DIR="$tsan_build" TSAN_STEP=build "$top/deploy/tsan.sh"
   fi
   # Inherited by the gateway and the workers the integration tests start. UBSan aborts on the first
   # report (the build uses -fno-sanitize-recover=all), so undefined behaviour fails the test. The
@@ -119,6 +136,7 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
 fi
 
 if [[ ${TSAN:-1} != 0 ]]; then
+  stage "ThreadSanitizer"
   # Its own build, log and summary line; it says which tests it runs shorter, and why.
   if [[ ${SANITIZE:-1} != 0 ]]; then
     finish_build
@@ -127,12 +145,13 @@ if [[ ${TSAN:-1} != 0 ]]; then
     tsan_step=all
   fi
   if [[ $fuzz_seconds != 0 ]]; then
-    start_build fuzz "$fuzz_build.log" env BUILD_DIR="$fuzz_build" FUZZ_STEP=build "$top/deploy/fuzz.sh"
+    start_build fuzz "$fuzz_build/build.log" env BUILD_DIR="$fuzz_build" FUZZ_STEP=build "$top/deploy/fuzz.sh"
   fi
   BUILD_DIR=$tsan_build TESTS_BUILD_DIR=$build TSAN_STEP=$tsan_step "$top/deploy/tsan.sh"
 fi
 
 if [[ $fuzz_seconds != 0 ]]; then
+  stage "fuzz"
   finish_build
   FUZZ_SECONDS=$fuzz_seconds BUILD_DIR=$fuzz_build FUZZ_STEP=$([[ ${TSAN:-1} != 0 ]] && echo run || echo all) \
     "$top/deploy/fuzz.sh"
@@ -141,4 +160,5 @@ fi
 # The real Python peers (Robot Framework, the stock client, the reference server) against the first
 # build's gateway; where python3 cannot import them it says so in one line and passes, unless
 # RJG_REQUIRE_CONFORMANCE=1 (.ci/run).
+stage "conformance"
 BUILD_DIR=$build "$top/deploy/conformance.sh"
