@@ -2,14 +2,21 @@
 # Installs the Debian 12 packages the project builds with, only those that are missing; packages named
 # as arguments too (deploy/bench.sh adds gnuplot). Used by quickstart.sh, test.sh and bench.sh; safe to
 # run again.
+#
+#   deploy/install-deps.sh [PACKAGE...]          what building and testing everything needs
+#   deploy/install-deps.sh --build [PACKAGE...]  what building the programs needs, no more (the quick start)
 set -euo pipefail
 
+# What the gateway, its client and its workers are built from.
 packages=(
   g++ cmake ninja-build pkg-config
-  libboost1.81-dev libboost-json1.81-dev   # Asio, Process v2 (headers) and JSON
+  libboost1.81-dev libboost-json1.81-dev   # Asio, Beast (headers) and JSON
   libfmt-dev                               # formatting for log lines and messages
   libtomlplusplus-dev                      # the configuration file
   libexpat1-dev                            # XML-RPC for the classic Remote bridge (common/xmlrpc)
+)
+# What the tests, the fuzz targets and the package's check need besides.
+test_packages=(
   libgtest-dev                             # unit and integration tests
   procps                                   # pgrep/ps for the quick start's checks
   strace                                   # counting the relay's system calls (a test and the benchmark)
@@ -23,6 +30,11 @@ packages=(
   python3                                  # the classic Remote tests: Python's own xmlrpc.client and xmlrpc.server,
                                            # and the pickle codec's check against CPython (nothing is installed into it)
 )
+if [[ ${1:-} == --build ]]; then
+  shift
+else
+  packages+=("${test_packages[@]}")
+fi
 
 packages+=("$@")
 
