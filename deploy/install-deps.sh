@@ -25,10 +25,12 @@ test_packages=(
   lintian                                  # the package's test (deploy/package-check.sh): no lintian errors
   systemd                                  # systemd-analyze (unit security rating, verify), systemd-sysusers/-tmpfiles
                                            # (package test), systemd-socket-activate (socket activation tests)
-  prometheus                               # promtool checks /metrics (admin_test); its server is not wanted here
+  prometheus                               # promtool checks /metrics (admin_test) and the shipped alerting rules
+                                           # (tests/monitoring); its server is not wanted here
   haproxy                                  # two gateways behind a real HAProxy (haproxy_test); its service is not wanted
   python3                                  # the classic Remote tests: Python's own xmlrpc.client and xmlrpc.server,
                                            # and the pickle codec's check against CPython (nothing is installed into it)
+  python3-yaml                             # tests/monitoring reads the alerting rules' expressions
 )
 if [[ ${1:-} == --build ]]; then
   shift

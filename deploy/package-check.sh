@@ -71,8 +71,15 @@ done
 for f in lib/systemd/system/robot-jsonrpc-gateway.service lib/systemd/system/robot-jsonrpc-gateway.socket \
          usr/lib/sysusers.d/robot-jsonrpc-gateway.conf usr/lib/tmpfiles.d/robot-jsonrpc-gateway.conf \
          etc/robot-jsonrpc-gateway/gateway.toml usr/share/doc/robot-jsonrpc-gateway/README.md \
-         usr/share/doc/robot-jsonrpc-gateway/copyright usr/share/doc/robot-jsonrpc-gateway/changelog.gz; do
+         usr/share/doc/robot-jsonrpc-gateway/copyright usr/share/doc/robot-jsonrpc-gateway/changelog.gz \
+         usr/share/robot-jsonrpc-gateway/prometheus/robot-jsonrpc-gateway.rules.yml \
+         usr/share/robot-jsonrpc-gateway/grafana/robot-jsonrpc-gateway.json; do
   [[ -f $root/$f ]] || fail "/$f missing"
+done
+# The shipped rules and dashboard are the tested ones (tests/monitoring), byte for byte.
+for f in prometheus/robot-jsonrpc-gateway.rules.yml grafana/robot-jsonrpc-gateway.json; do
+  cmp -s "$root/usr/share/robot-jsonrpc-gateway/$f" "$(dirname "$0")/$f" ||
+    fail "/usr/share/robot-jsonrpc-gateway/$f is not deploy/$f: deploy/package.cmake installs another file"
 done
 grep -qx /etc/robot-jsonrpc-gateway/gateway.toml "$control/conffiles" 2>/dev/null ||
   fail "conffiles does not list /etc/robot-jsonrpc-gateway/gateway.toml"
@@ -98,7 +105,7 @@ copyright=$root/usr/share/doc/robot-jsonrpc-gateway/copyright
 grep -q '^Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/$' "$copyright" 2>/dev/null ||
   fail "the copyright file is not in the machine-readable format (Format: line)"
 grep -qx 'License: Apache-2.0' "$copyright" 2>/dev/null || fail "the copyright file does not name the licence Apache-2.0"
-ok "contents: binaries and their man pages, units, sysusers.d, tmpfiles.d, /etc config (conffile), docs, licence; Depends: $depends"
+ok "contents: binaries and their man pages, units, sysusers.d, tmpfiles.d, /etc config (conffile), docs, licence, alerting rules and dashboard; Depends: $depends"
 
 # --- The packaged configuration: valid, and its workers found (pointed at the extracted tree) ----------
 sed "s#\"/usr/bin/#\"$root/usr/bin/#g" "$conf" >"$tmp/gateway.toml"

@@ -15,6 +15,11 @@
 #                              README.md; in the package also copyright and changelog.gz
 #   PREFIX/share/man/man1, man8
 #                              the programs' man pages (doc/man), gzipped
+#   PREFIX/share/robot-jsonrpc-gateway/prometheus/robot-jsonrpc-gateway.rules.yml
+#   PREFIX/share/robot-jsonrpc-gateway/grafana/robot-jsonrpc-gateway.json
+#                              the alerting rules and the Grafana dashboard (deploy/prometheus,
+#                              deploy/grafana), for the operator to load into their own
+#                              Prometheus and Grafana (README, Operations)
 #   /etc/robot-jsonrpc-gateway/gateway.toml
 #                              deploy/gateway.toml (the package's conffile). Left out of a plain
 #                              `cmake --install`; `--component config` writes it, never over an
@@ -33,6 +38,11 @@ file(MAKE_DIRECTORY "${_rjg_pkg}/control" "${_rjg_pkg}/doc")
 # --- Files installed by every install (package and source) -------------------------------------------
 
 install(FILES "${PROJECT_SOURCE_DIR}/README.md" DESTINATION share/doc/robot-jsonrpc-gateway COMPONENT doc)
+# Data for other programs, not documentation: a Prometheus server reads the rules, Grafana the dashboard.
+install(FILES "${_rjg_deploy}/prometheus/robot-jsonrpc-gateway.rules.yml"
+        DESTINATION share/robot-jsonrpc-gateway/prometheus COMPONENT monitoring)
+install(FILES "${_rjg_deploy}/grafana/robot-jsonrpc-gateway.json"
+        DESTINATION share/robot-jsonrpc-gateway/grafana COMPONENT monitoring)
 
 # Man pages (doc/man): the version filled in and gzip -9n'd at configure time, as lintian wants them
 # (configure_file makes an edited page re-run cmake). The two example workers share one page.
