@@ -1,6 +1,7 @@
 // robot-jsonrpc-cli: talks the Robot Framework JSON-RPC remote protocol to any server (the gateway
 // or the reference server) from a shell: list libraries, show keywords, run one keyword.
 #include "gateway/cli/client.hpp"
+#include "common/pickle/python_json.hpp"
 #include "common/protocol/protocol.hpp"
 
 #include <boost/json.hpp>
@@ -41,6 +42,8 @@ Commands:
       Import LIB, run KEYWORD, print its log messages to stderr as "[LEVEL] message" as they
       arrive and its return value as JSON to stdout. An argument that is not valid JSON is
       passed as a plain string: `run Calculator Add 1 2`, `run StringTools Upper hello`.
+      Values travel as Python peers send them: nested JSON arguments are pickled, and a pickled
+      result is printed decoded, as JSON when it has a JSON form, else as Python's repr().
       Use -- to pass arguments that start with "--".
 
 Options:
@@ -72,12 +75,36 @@ struct Options {
   json::object import_kwargs;               // --import-kwarg
 };
 
-// JSON if it parses, otherwise the text itself as a string.
+// JSON if it parses, otherwise the text itself as a string; in Python's dialect, as the stock client
+// sends it: a nested value (a list of lists, a dict holding a list) pickled, which a Python server
+// needs (it refuses nested JSON) and native ones read as well.
 json::value json_or_string(const std::string& text) {
   json::error_code ec;
   json::value v = json::parse(text, ec);
   if (ec) return json::string(text);
-  return v;
+  try {
+    return rjg::pickle::python_dialect(v, "the value");
+  } catch (const rjg::pickle::ValueError& e) {
+    throw UsageError{fmt::format("'{}' cannot be sent: {}", text, e.what())};
+  }
+}
+
+// A value as the CLI prints it. Python peers send nested values, bytes, datetimes... as pickles
+// ({"__pickled__": "<hex>"}): decoded under the data-only policy and shown as plain JSON (as Python's
+// json.dumps would write them) when they have a JSON form, else as Python's repr() (b'\x00', Decimal('1.5')).
+// A pickle outside the data-only subset is shown as it was sent.
+std::string shown_value(const json::value& v) {
+  const std::string text = json::serialize(v);
+  if (!rjg::pickle::holds_pickle(v)) return text;
+  try {
+    return json::serialize(rjg::pickle::plain_json(text, "result"));
+  } catch (const rjg::pickle::ValueError&) {
+  }
+  try {
+    return rjg::pickle::py_repr(rjg::pickle::from_json(text, "result"));
+  } catch (const rjg::pickle::ValueError&) {
+    return text;
+  }
 }
 
 std::pair<std::string, json::value> name_value(const std::string& option, const std::string& text) {
@@ -198,7 +225,7 @@ std::string format_argument(const json::object& arg) {
   auto hd = arg.find("has_default");
   if (hd != arg.end() && hd->value().is_bool() && hd->value().get_bool()) {
     auto d = arg.find("default");
-    out += " = " + (d == arg.end() ? std::string("null") : json::serialize(d->value()));
+    out += " = " + (d == arg.end() ? std::string("null") : shown_value(d->value()));
   }
   return out;
 }
@@ -366,7 +393,7 @@ int cmd_run(const Options& o) {
     if (reply.result->is_object()) {
       if (auto r = reply.result->get_object().find("result"); r != reply.result->get_object().end()) value = r->value();
     }
-    std::cout << json::serialize(value) << "\n" << std::flush;
+    std::cout << shown_value(value) << "\n" << std::flush;
   }
   s.finish();
   return code;

@@ -44,6 +44,14 @@ Native Worker
     ${value} =    Native.Echo    to a native worker
     Should Be Equal    ${value}    to a native worker
 
+A Native Worker's Nested Result Reaches The Stock Client
+    [Documentation]    The SDK sends a nested value in Python's dialect (pickled), which the client unpickles.
+    ${value} =    Native.Return Json In Dialect    {"rows": [[1, 2], [3]], "name": "t"}
+    Should Be Equal    ${value}[rows][0][1]    ${2}
+    Should Be Equal    ${value}[name]    t
+    ${flat} =    Native.Return Json In Dialect    [1, "two"]
+    Should Be Equal    ${flat}    ${{[1, 'two']}}
+
 Unknown Library Is Named In The Error
     Run Keyword And Expect Error    *Nope*not served*
     ...    Import Library    JsonRpcRemote    ${GATEWAY}#fronts    Nope    AS    Nope

@@ -36,7 +36,6 @@ A Flat Dict Crosses And Comes Back Dot-Accessible
     Should Be Equal    ${back}[number]    ${1}
 
 A Nested Struct Crosses
-    [Tags]    gap    gap-nested-values
     ${dict} =    Evaluate    {'items': [1, 'two'], 'inner': {'number': 1}}
     ${seen} =    Values.Describe    ${dict}
     Should Be Equal    ${seen}    dict:{'items': [1, 'two'], 'inner': {'number': 1}}

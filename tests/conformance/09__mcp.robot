@@ -25,20 +25,17 @@ Progress Reaches The Log Before The Answer
     Should Contain Match    ${logged}    INFO: progress 2/2*
 
 The Whole Result Of Call Tool
-    [Tags]    gap    gap-nested-values
     ${result} =    CallTool.Call Tool    get-sum    a=${1}    b=x
     Should Be True    ${result}[isError]
     ${result} =    CallTool.Call Tool    get-sum    a=${1}    b=${2}
     Should Be Equal    ${result}[content][0][text]    The sum of 1 and 2 is 3.
 
 Resources Are Listed And Read
-    [Tags]    gap    gap-nested-values
     ${resources} =    Resources.List Resources
     ${read} =    Resources.Read Resource    ${resources}[0][uri]
     Should Not Be Empty    ${read}[contents]
 
 Tools Are Listed
-    [Tags]    gap    gap-nested-values
     ${tools} =    Tools.List Tools
     ${names} =    Evaluate    [tool['name'] for tool in $tools]
     Should Contain    ${names}    get-sum

@@ -23,14 +23,12 @@ A Failing Module Fails Its Keyword And The Next One Runs
     Should Be Equal    ${result}[ping]    pong
 
 A Command's Whole Result
-    [Tags]    gap    gap-nested-values
     ${result} =    Command.Run Action    command    cmd=echo hello
     Should Be Equal As Integers    ${result}[rc]    0
     Should Be Equal    ${result}[stdout]    hello
     Should Be Equal    ${result}[cmd]    ${{['echo', 'hello']}}
 
 Facts
-    [Tags]    gap    gap-nested-values
     ${facts} =    Facts.Gather Facts    subset=min
     Should Not Be Empty    ${facts}[ansible_distribution]
     Dictionary Should Not Contain Key    ${facts}    ansible_env

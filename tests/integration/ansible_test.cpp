@@ -4,6 +4,7 @@
 // module running; bad imports and modules outside --allow are refused in words a user can act on. Each
 // ansible run costs about two seconds, so the checks share runs. Nothing is timed: every wait is a bound.
 #include "tests/integration/gateway_test.hpp"
+#include "tests/integration/python_dialect.hpp"
 
 #include "common/pickle/pickle_value.hpp"
 
@@ -80,8 +81,8 @@ TEST_F(AnsibleTest, ModulesRunFailChangeNothingInCheckModeAndBecomeKeywords) {
 
   const auto pong = client.run_keyword(token, "ping");
   RJG_ASSERT_KEYWORD_OK(pong);
-  EXPECT_EQ(keyword_value(pong).at("ping"), "pong") << describe(pong);
-  EXPECT_EQ(keyword_value(pong).at("changed"), false) << describe(pong);
+  EXPECT_EQ(python_value(pong).at("ping"), "pong") << describe(pong);
+  EXPECT_EQ(python_value(pong).at("changed"), false) << describe(pong);
 
   // command with a list argument as the real client sends it (pickled), never templated by Ansible (a lookup
   // would run on the gateway's machine), and a module warning as a WARN log. Its output ends in a byte that
@@ -95,7 +96,7 @@ TEST_F(AnsibleTest, ModulesRunFailChangeNothingInCheckModeAndBecomeKeywords) {
                                              warnings.push_back(json::value_to<std::string>(m.params().at("message")));
                                          });
   RJG_ASSERT_KEYWORD_OK(echoed);
-  const auto result = keyword_value(echoed).as_object();
+  const auto result = python_value(echoed).as_object();
   EXPECT_EQ(result.at("rc"), 0) << result;
   EXPECT_EQ(result.at("stdout"), "hi {{ 7 * 6 }}\xef\xbf\xbd") << result;
   EXPECT_EQ(result.at("changed"), true) << result;
@@ -111,16 +112,16 @@ TEST_F(AnsibleTest, ModulesRunFailChangeNothingInCheckModeAndBecomeKeywords) {
   const auto checked = client.run_keyword(token, "Run Action", {"file"},
                                           {{"path", path}, {"state", "touch"}, {"check_mode", true}});
   RJG_ASSERT_KEYWORD_OK(checked);
-  EXPECT_EQ(keyword_value(checked).at("changed"), true) << describe(checked);
+  EXPECT_EQ(python_value(checked).at("changed"), true) << describe(checked);
   EXPECT_FALSE(fs::exists(path));
   const json::object touch{{"path", path}, {"state", "touch"}, {"modification_time", "preserve"}, {"access_time", "preserve"}};
   const auto created = client.run_keyword(token, "File", {}, touch);
   RJG_ASSERT_KEYWORD_OK(created);
-  EXPECT_EQ(keyword_value(created).at("changed"), true) << describe(created);
+  EXPECT_EQ(python_value(created).at("changed"), true) << describe(created);
   EXPECT_TRUE(fs::exists(path));
   const auto again = client.run_keyword(token, "Run Action", {"ansible.builtin.file"}, touch);
   RJG_ASSERT_KEYWORD_OK(again);
-  EXPECT_EQ(keyword_value(again).at("changed"), false) << describe(again);
+  EXPECT_EQ(python_value(again).at("changed"), false) << describe(again);
 
   // A failing module fails the keyword with its message, naming the library, keyword, module and host; the
   // session goes on.
@@ -141,13 +142,40 @@ TEST_F(AnsibleTest, ModulesRunFailChangeNothingInCheckModeAndBecomeKeywords) {
   // Facts: once per subset and import.
   const auto facts = client.run_keyword(token, "Gather Facts");
   RJG_ASSERT_KEYWORD_OK(facts);
-  EXPECT_EQ(keyword_value(facts).at("ansible_system"), "Linux") << describe(facts);
-  EXPECT_EQ(as_int(keyword_value(facts).at("ansible_user_uid")), static_cast<std::int64_t>(::getuid())) << describe(facts);
+  EXPECT_EQ(python_value(facts).at("ansible_system"), "Linux") << describe(facts);
+  EXPECT_EQ(as_int(python_value(facts).at("ansible_user_uid")), static_cast<std::int64_t>(::getuid())) << describe(facts);
   const auto cached = client.run_keyword(token, "Gather Facts", {"min"});
   RJG_ASSERT_KEYWORD_OK(cached);
-  EXPECT_EQ(keyword_value(cached), keyword_value(facts));
+  EXPECT_EQ(python_value(cached), python_value(facts));
   EXPECT_EQ(count_of(gateway().log(), kRunLine + "ansible.builtin.setup'"), 1u);
   EXPECT_EQ(count_of(gateway().log(), kRunLine), 7u);
+}
+
+// Python's value dialect: a module's result holding a list (command's `cmd`) or facts (dicts inside) travel
+// as one pickle of the whole result, which the stock client unpickles into the dict the module returned; a
+// flat result (ping's) stays JSON. Never nested JSON, which the stock client refuses.
+TEST_F(AnsibleTest, NestedResultsTravelPickledAndFlatOnesAsJson) {
+  start({ansible_library("Ansible")});
+  auto client = connect();
+  client.initialize();
+  const auto token = token_of(client.import_library("Ansible"));
+
+  const auto pong = keyword_value(client.run_keyword(token, "Run Action", {"ping"}));
+  EXPECT_FALSE(is_pickled(pong)) << pong;
+  EXPECT_EQ(python_value(pong).at("ping"), "pong") << pong;
+
+  const auto echoed = client.run_keyword(token, "Run Action", {"command"}, {{"cmd", "echo hello"}});
+  RJG_ASSERT_KEYWORD_OK(echoed);
+  const auto wire = keyword_value(echoed);
+  ASSERT_TRUE(is_pickled(wire)) << wire;
+  const auto result = python_value(wire);
+  EXPECT_EQ(result.at("cmd"), (json::array{"echo", "hello"})) << result;
+  EXPECT_EQ(result.at("stdout"), "hello") << result;
+
+  const auto facts = client.run_keyword(token, "Gather Facts", {"min"});
+  RJG_ASSERT_KEYWORD_OK(facts);
+  ASSERT_TRUE(is_pickled(keyword_value(facts))) << describe(facts);
+  EXPECT_EQ(python_value(facts).at("ansible_system"), "Linux") << describe(facts);
 }
 
 TEST_F(AnsibleTest, AKeywordTimeoutLeavesNoModuleRunning) {
@@ -268,7 +296,7 @@ TEST_F(AnsibleTest, UnderAnAllowListOptionsThatRunProgramsNeedTheirOwnFlag) {
 
   const auto validated = client.run_keyword(open_library(client, "CopyValidated"), "Run Action", {"copy"}, copy);
   RJG_ASSERT_KEYWORD_OK(validated);
-  EXPECT_EQ(keyword_value(validated).at("changed"), true) << describe(validated);
+  EXPECT_EQ(python_value(validated).at("changed"), true) << describe(validated);
   EXPECT_TRUE(fs::exists(marker));
   EXPECT_TRUE(fs::exists(dest));
   EXPECT_TRUE(log_eventually("clients may give copy.validate (--allow-option), which otherwise is refused"))
@@ -300,7 +328,7 @@ TEST_F(AnsibleTest, FactsCarryNoEnvironmentUnlessTheWorkerIsToldTo) {
   const auto token = open_library(client, "Facts");
   const auto gathered = client.run_keyword(token, "Gather Facts", {}, {}, collect);
   RJG_ASSERT_KEYWORD_OK(gathered);
-  const auto values = keyword_value(gathered).as_object();
+  const auto values = python_value(gathered).as_object();
   EXPECT_EQ(values.at("ansible_system"), "Linux") << describe(gathered);
   EXPECT_TRUE(values.contains("ansible_user_dir")) << describe(gathered);  // from the password database: kept
   EXPECT_FALSE(values.contains("ansible_env")) << describe(gathered);
@@ -310,8 +338,8 @@ TEST_F(AnsibleTest, FactsCarryNoEnvironmentUnlessTheWorkerIsToldTo) {
   logs.clear();
   const auto asked = client.run_keyword(token, "Run Action", {"setup"}, {{"gather_subset", "!all,!min,env"}}, collect);
   RJG_ASSERT_KEYWORD_OK(asked);
-  ASSERT_TRUE(keyword_value(asked).as_object().contains("ansible_facts")) << describe(asked);
-  EXPECT_FALSE(keyword_value(asked).at("ansible_facts").as_object().contains("ansible_env")) << describe(asked);
+  ASSERT_TRUE(python_value(asked).as_object().contains("ansible_facts")) << describe(asked);
+  EXPECT_FALSE(python_value(asked).at("ansible_facts").as_object().contains("ansible_env")) << describe(asked);
   EXPECT_TRUE(no_secret(asked)) << asked.text;
   bool told = false;
   for (const auto& line : logs) told = told || contains(line, "ansible_env is left out of the facts of host localhost");
@@ -320,7 +348,7 @@ TEST_F(AnsibleTest, FactsCarryNoEnvironmentUnlessTheWorkerIsToldTo) {
   const auto opened = open_library(client, "FactsWithEnv");
   const auto full = client.run_keyword(opened, "Gather Facts");
   RJG_ASSERT_KEYWORD_OK(full);
-  const auto with_facts = keyword_value(full).as_object();
+  const auto with_facts = python_value(full).as_object();
   const auto* env = with_facts.if_contains("ansible_env");
   ASSERT_TRUE(env && env->is_object()) << describe(full);
   EXPECT_EQ(env->as_object().at("RJG_LAB_TOKEN"), json::value(library_secret));

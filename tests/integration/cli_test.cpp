@@ -1,6 +1,8 @@
 // robot-jsonrpc-cli end to end against the real gateway.
 #include "tests/integration/gateway_test.hpp"
 
+#include "common/pickle/pickle_value.hpp"
+
 namespace rjg::test {
 namespace {
 
@@ -43,6 +45,26 @@ TEST_F(CliTest, RunEchoPrintsTheResultAsJson) {
   r = cli({"run", "TestLibrary", "Echo", "--kw", "value=42"});
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
   EXPECT_EQ(r.out, "42\n") << r.describe();
+}
+
+// Python's value dialect: a pickled result is printed decoded, as JSON when it has a JSON form, else as
+// Python's repr(); a nested argument goes pickled (as the stock client sends it) and comes back the same.
+TEST_F(CliTest, PickledResultsArePrintedDecoded) {
+  start();
+  // The keywords take a JSON text: given as a JSON string, or the CLI would send the value itself.
+  auto r = cli({"run", "TestLibrary", "Return Json In Dialect", json::serialize(json::string(R"({"rows": [[1, 2], ["a"]]})"))});
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_EQ(r.out, "{\"rows\":[[1,2],[\"a\"]]}\n") << r.describe();
+
+  const std::string bytes = json::serialize(
+      json::object{{"__pickled__", pickle::encode_pickle_hex(pickle::PyValue(pickle::PyBytes{std::string("\x00\xff", 2)}))}});
+  r = cli({"run", "TestLibrary", "Return Json", json::serialize(json::string(bytes))});
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_EQ(r.out, "b'\\x00\\xff'\n") << r.describe();
+
+  r = cli({"run", "TestLibrary", "Echo", "[[1, 2], {\"k\": [3]}]"});
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_EQ(json::parse(r.out), json::parse(R"([[1, 2], {"k": [3]}])")) << r.describe();
 }
 
 TEST_F(CliTest, RunPrintsLogsToStderr) {

@@ -7,6 +7,7 @@
 // covers what the reference server cannot be asked for: paged tool lists, requests of the server to the
 // client, tools taking lists and dictionaries. Nothing is timed: every wait is a bound.
 #include "tests/integration/gateway_test.hpp"
+#include "tests/integration/python_dialect.hpp"
 
 #include "common/pickle/pickle_value.hpp"
 
@@ -172,20 +173,20 @@ TEST_F(McpTest, KeywordsAreTheServersToolsWithTheirArgumentsAndTypes) {
 TEST_F(McpTest, ToolsReturnTheirValuesAndBadArgumentsFailTheKeyword) {
   start_mcp();
   auto [client, token] = session("Everything");
-  EXPECT_EQ(keyword_value(client.run_keyword(token, "echo", {"hello"})), "Echo: hello");
+  EXPECT_EQ(python_value(client.run_keyword(token, "echo", {"hello"})), "Echo: hello");
   // JSON numbers, as a client that converted them sends them, and strings the worker converts.
-  EXPECT_EQ(keyword_value(client.run_keyword(token, "get-sum", {1, 2.5})), "The sum of 1 and 2.5 is 3.5.");
-  EXPECT_EQ(keyword_value(client.run_keyword(token, "get-sum", {"3", "4"})), "The sum of 3 and 4 is 7.");
-  EXPECT_EQ(keyword_value(client.run_keyword(token, "get-sum", {}, {{"b", "0.5"}, {"a", 2}})),
+  EXPECT_EQ(python_value(client.run_keyword(token, "get-sum", {1, 2.5})), "The sum of 1 and 2.5 is 3.5.");
+  EXPECT_EQ(python_value(client.run_keyword(token, "get-sum", {"3", "4"})), "The sum of 3 and 4 is 7.");
+  EXPECT_EQ(python_value(client.run_keyword(token, "get-sum", {}, {{"b", "0.5"}, {"a", 2}})),
             "The sum of 2 and 0.5 is 2.5.");
   // Robot's normalization reaches the tool too.
-  EXPECT_EQ(keyword_value(client.run_keyword(token, "ECHO", {"x"})), "Echo: x");
+  EXPECT_EQ(python_value(client.run_keyword(token, "ECHO", {"x"})), "Echo: x");
   // structuredContent is the value: a dictionary.
-  const auto weather = keyword_value(client.run_keyword(token, "get-structured-content", {"Chicago"}));
+  const auto weather = python_value(client.run_keyword(token, "get-structured-content", {"Chicago"}));
   ASSERT_TRUE(weather.is_object()) << weather;
   EXPECT_TRUE(weather.as_object().contains("temperature")) << weather;
   // Content other than a single text: the items as a list.
-  const auto image = keyword_value(client.run_keyword(token, "get-tiny-image"));
+  const auto image = python_value(client.run_keyword(token, "get-tiny-image"));
   ASSERT_TRUE(image.is_array()) << image;
   EXPECT_TRUE(contains(json::serialize(image), R"("type":"image")")) << image;
 
@@ -214,7 +215,7 @@ TEST_F(McpTest, ProgressArrivesAsLogsBeforeTheAnswer) {
   const auto reply =
       client.run_keyword(token, "trigger-long-running-operation", {}, {{"duration", 1}, {"steps", 3}}, collect(logs));
   RJG_ASSERT_KEYWORD_OK(reply);
-  EXPECT_TRUE(contains(json::value_to<std::string>(keyword_value(reply)), "Steps: 3")) << describe(reply);
+  EXPECT_TRUE(contains(json::value_to<std::string>(python_value(reply)), "Steps: 3")) << describe(reply);
   Logs progress;
   for (const auto& l : logs)
     if (l.second.starts_with("progress")) progress.push_back(l);
@@ -241,7 +242,7 @@ TEST_F(McpTest, ACallTimeoutCancelsTheRequestAndTheServerServesOn) {
   for (int n = 0; n < 5; ++n) {
     const auto reply = client.run_keyword(token, "echo", {fmt::format("after {}", n)});
     RJG_ASSERT_KEYWORD_OK(reply);
-    ASSERT_EQ(keyword_value(reply), json::value(fmt::format("Echo: after {}", n)));
+    ASSERT_EQ(python_value(reply), json::value(fmt::format("Echo: after {}", n)));
   }
   EXPECT_EQ(server_pids().size(), 1u) << "the server was replaced";
 }
@@ -272,28 +273,53 @@ TEST_F(McpTest, TheServersLogMessagesBecomeRobotLogsOfLaterKeywords) {
 TEST_F(McpTest, GenericKeywords) {
   start_mcp();
   auto [client, token] = session("Everything");
-  const auto tools = keyword_value(client.run_keyword(token, "List Tools"));
+  const auto tools = python_value(client.run_keyword(token, "List Tools"));
   ASSERT_TRUE(tools.is_array()) << tools;
   EXPECT_TRUE(contains(json::serialize(tools), R"("name":"get-sum")"));
-  EXPECT_EQ(keyword_value(client.run_keyword(token, "MCP List Tools")), tools);
+  EXPECT_EQ(python_value(client.run_keyword(token, "MCP List Tools")), tools);
   // Call Tool returns the whole result, isError included, without failing.
   const auto failed = client.run_keyword(token, "Call Tool", {"get-sum"}, {{"a", "x"}});
   RJG_ASSERT_KEYWORD_OK(failed);
-  EXPECT_EQ(keyword_value(failed).at("isError"), true) << describe(failed);
-  const auto sum = keyword_value(client.run_keyword(token, "call_tool", {"get-sum"}, {{"a", "1"}, {"b", 2}}));
+  EXPECT_EQ(python_value(failed).at("isError"), true) << describe(failed);
+  const auto sum = python_value(client.run_keyword(token, "call_tool", {"get-sum"}, {{"a", "1"}, {"b", 2}}));
   EXPECT_EQ(sum.at("content").at(0).at("text"), "The sum of 1 and 2 is 3.") << sum;
-  const auto resources = keyword_value(client.run_keyword(token, "List Resources"));
+  const auto resources = python_value(client.run_keyword(token, "List Resources"));
   ASSERT_TRUE(resources.is_array() && !resources.as_array().empty()) << resources;
   const auto uri = json::value_to<std::string>(resources.at(0).at("uri"));
-  const auto read = keyword_value(client.run_keyword(token, "Read Resource", {}, {{"uri", uri}}));
+  const auto read = python_value(client.run_keyword(token, "Read Resource", {}, {{"uri", uri}}));
   EXPECT_EQ(read.at("contents").at(0).at("uri"), json::value(uri)) << read;
-  const auto prompts = keyword_value(client.run_keyword(token, "List Prompts"));
+  const auto prompts = python_value(client.run_keyword(token, "List Prompts"));
   EXPECT_TRUE(contains(json::serialize(prompts), R"("name":"args-prompt")")) << prompts;
-  const auto prompt = keyword_value(client.run_keyword(token, "Get Prompt", {"args-prompt"}, {{"city", "Oslo"}}));
+  const auto prompt = python_value(client.run_keyword(token, "Get Prompt", {"args-prompt"}, {{"city", "Oslo"}}));
   EXPECT_TRUE(contains(json::serialize(prompt), "What's weather in Oslo?")) << prompt;
   // A JSON-RPC error of the server fails the keyword with its code and message.
   const auto missing = client.run_keyword(token, "Get Prompt", {"no-such-prompt"});
   EXPECT_TRUE(contains(message_of(missing), "answered prompts/get with JSON-RPC error -32602")) << describe(missing);
+}
+
+// Python's value dialect: what a Python client reads is a scalar, a flat list or dict of scalars, or a
+// pickle; a nested result (content items, a whole CallToolResult, tools/list) travels pickled and holds the
+// value the server sent, a flat one (structuredContent of scalars) stays JSON.
+TEST_F(McpTest, NestedResultsTravelPickledAndFlatOnesAsJson) {
+  start_mcp();
+  auto [client, token] = session("Everything");
+  const auto weather = keyword_value(client.run_keyword(token, "get-structured-content", {"Chicago"}));
+  ASSERT_TRUE(weather.is_object()) << weather;
+  EXPECT_FALSE(is_pickled(weather)) << weather;
+  EXPECT_TRUE(weather.as_object().contains("temperature")) << weather;
+
+  const auto image = keyword_value(client.run_keyword(token, "get-tiny-image"));
+  ASSERT_TRUE(is_pickled(image)) << image;
+  const auto items = python_value(image);
+  ASSERT_TRUE(items.is_array()) << items;
+  EXPECT_TRUE(contains(json::serialize(items), R"("type":"image")")) << items;
+
+  const auto sum = keyword_value(client.run_keyword(token, "Call Tool", {"get-sum"}, {{"a", 1}, {"b", 2}}));
+  ASSERT_TRUE(is_pickled(sum)) << sum;
+  EXPECT_EQ(python_value(sum).at("content").at(0).at("text"), "The sum of 1 and 2 is 3.") << sum;
+  const auto tools = keyword_value(client.run_keyword(token, "List Tools"));
+  ASSERT_TRUE(is_pickled(tools)) << tools;
+  EXPECT_TRUE(contains(json::serialize(python_value(tools)), R"("name":"get-sum")")) << python_value(tools);
 }
 
 TEST_F(McpTest, PickledArgumentsReachTheToolAsJsonAndOtherPicklesAreRefused) {
@@ -310,13 +336,13 @@ TEST_F(McpTest, PickledArgumentsReachTheToolAsJsonAndOtherPicklesAreRefused) {
   const pickle::PyValue list(pickle::PyTuple{{pickle::PyValue(true), pickle::PyValue(2.5)}});
   const auto got = client.run_keyword(token, "inspect", {pickled(pickle::PyValue(dict)), pickled(list)}, {{"n", "7"}});
   RJG_ASSERT_KEYWORD_OK(got);
-  EXPECT_EQ(keyword_value(got), json::parse(R"({"data": {"k": [1, "two"]}, "items": [true, 2.5], "n": 7})"));
+  EXPECT_EQ(python_value(got), json::parse(R"({"data": {"k": [1, "two"]}, "items": [true, 2.5], "n": 7})"));
   // A lone surrogate escape (which Boost.JSON refuses) arrives as U+FFFD rather than hanging the keyword.
   const auto cut = client.run_keyword(token, "inspect", {json::object{{"cut", true}}});
-  EXPECT_EQ(keyword_value(cut), "emoji \xef\xbf\xbd") << describe(cut);
+  EXPECT_EQ(python_value(cut), "emoji \xef\xbf\xbd") << describe(cut);
   // None for an optional argument without a default is not sent.
   const auto none = client.run_keyword(token, "inspect", {json::object{{"a", 1}}, nullptr});
-  EXPECT_EQ(keyword_value(none), json::parse(R"({"data": {"a": 1}})")) << describe(none);
+  EXPECT_EQ(python_value(none), json::parse(R"({"data": {"a": 1}})")) << describe(none);
 
   // Bytes have no JSON form; a pickle that calls something is outside the data-only subset.
   const auto bytes = client.run_keyword(token, "inspect", {pickled(pickle::PyValue(pickle::PyBytes{"\x01\x02"}))});
@@ -337,7 +363,7 @@ TEST_F(McpTest, PickledArgumentsReachTheToolAsJsonAndOtherPicklesAreRefused) {
   Logs logs;
   const auto asked = client.run_keyword(token, "ask", {}, {}, collect(logs));
   RJG_ASSERT_KEYWORD_OK(asked);
-  const auto answers = keyword_value(asked);
+  const auto answers = python_value(asked);
   EXPECT_EQ(answers.at("s1"), json::object()) << answers;
   EXPECT_EQ(answers.at("s2").at("code"), -32601) << answers;
   EXPECT_TRUE(contains(json::value_to<std::string>(answers.at("s2").at("message")),
@@ -373,7 +399,7 @@ TEST_F(McpTest, AServerThatDiesUnderAKeywordFailsItAndTheWorkerMakesWayForAFresh
   // The worker exits; the next import gets a fresh worker and server.
   EXPECT_TRUE(wait_pid_gone(worker, 20s)) << "the worker did not exit";
   auto [again, token2] = session("Everything");
-  EXPECT_EQ(keyword_value(again.run_keyword(token2, "echo", {"back"})), "Echo: back");
+  EXPECT_EQ(python_value(again.run_keyword(token2, "echo", {"back"})), "Echo: back");
   const auto workers = started_pids("Everything");
   EXPECT_EQ(workers.size(), 2u);
   const auto servers = server_pids(2);

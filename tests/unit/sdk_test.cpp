@@ -3,6 +3,7 @@
 // socket pair and a broken pipe).
 #include "workers/sdk/sdk.hpp"
 
+#include "common/pickle/python_json.hpp"
 #include "common/protocol/framing.hpp"
 #include "common/protocol/protocol.hpp"
 
@@ -132,6 +133,16 @@ class Driver {
   Capture out_;
   Session session_;
 };
+
+// A value as a Python peer reads it: a pickle ({"__pickled__": ...}) decoded, as plain JSON.
+json::value python_value(const json::value& wire) {
+  return rjg::pickle::plain_json(json::serialize(wire), "result");
+}
+
+bool is_pickled(const json::value& wire) {
+  const auto* o = wire.if_object();
+  return o && o->size() == 1 && o->contains("__pickled__");
+}
 
 std::string error_message(const json::object& run_result) {
   return std::string(run_result.at("error").at("message").as_string());
@@ -441,9 +452,10 @@ TEST(SessionProtocol, EachImportHasItsOwnArgsAndState) {
   d.initialize();
   const std::string a = d.import({"a", 1}, {{"k", "v"}});
   const std::string b = d.import();
-  EXPECT_EQ(d.run(a, "Import Args").at("result"),
+  // Nested values: pickled on the wire (Python's dialect), the same content.
+  EXPECT_EQ(python_value(d.run(a, "Import Args").at("result")),
             json::parse(R"({"args": ["a", 1], "kw_args": {"k": "v"}})"));
-  EXPECT_EQ(d.run(b, "Import Args").at("result"), json::parse(R"({"args": [], "kw_args": {}})"));
+  EXPECT_EQ(python_value(d.run(b, "Import Args").at("result")), json::parse(R"({"args": [], "kw_args": {}})"));
   EXPECT_EQ(d.run(a, "Count").at("result"), json::value(1));
   EXPECT_EQ(d.run(a, "Count").at("result"), json::value(2));
   EXPECT_EQ(d.run(b, "Count").at("result"), json::value(1));
@@ -466,6 +478,104 @@ TEST(SessionProtocol, RunKeywordResultShapes) {
       "message": "it broke", "type": "ValueError", "traceback": "tb line", "mode": "CONTINUABLE"})"));
   EXPECT_EQ(d.run(token, "Throw").at("error"), json::parse(R"({"message": "plain failure", "type": "std::runtime_error"})"));
   EXPECT_EQ(d.run(token, "Add", {"x"}).at("error").at("type"), json::value("ValueError"));
+}
+
+// Python's value dialect: a scalar or a flat list or dict of scalars as JSON, a nested value pickled whole
+// (the stock client and the reference server refuse nested JSON), unless the keyword opted out.
+TEST(SessionProtocol, NestedResultsArePickledUnlessTheKeywordSendsThemAsTheyAre) {
+  Library lib{"Probe"};
+  lib.keyword("Give", {{"json_text", "str"}}, "",
+              [](Call& c) -> json::value { return json::parse(c.get<std::string>("json_text")); });
+  lib.keyword("Relay", {{"json_text", "str"}}, "",
+              [](Call& c) -> json::value { return json::parse(c.get<std::string>("json_text")); });
+  lib.result_form("Relay", rjg::sdk::ResultForm::as_is);
+  EXPECT_THROW(lib.result_form("Nope", rjg::sdk::ResultForm::as_is), std::invalid_argument);
+  Driver d(lib);
+  d.initialize();
+  const std::string token = d.import();
+  auto give = [&](std::string_view text) { return d.run(token, "Give", {json::string(text)}).at("result"); };
+
+  for (const char* flat : {R"("text")", "1", "2.5", "true", R"([1, "two", null])", R"({"a": 1, "b": "c"})",
+                           R"({"__pickled__": "80044b012e"})", "[]", "{}"})
+    EXPECT_EQ(give(flat), json::parse(flat)) << flat;
+
+  for (const char* nested : {R"([[1, 2], [3]])", R"({"content": [{"type": "text", "text": "hi"}]})",
+                             R"({"cmd": ["echo", "hello"], "rc": 0})", R"([{"a": 1}])"}) {
+    const json::value wire = give(nested);
+    ASSERT_TRUE(is_pickled(wire)) << nested << " went as " << wire;
+    EXPECT_EQ(python_value(wire), json::parse(nested)) << nested;
+  }
+  // A dict with a "__pickled__" member among others would be taken for a pickle: pickled whole.
+  const json::value lookalike = give(R"({"__pickled__": "x", "other": 1})");
+  ASSERT_TRUE(is_pickled(lookalike)) << lookalike;
+  EXPECT_EQ(python_value(lookalike), json::parse(R"({"__pickled__": "x", "other": 1})"));
+  // A pickle inside a nested value is read as Python would, then the whole is pickled.
+  const std::string inner = rjg::pickle::encode_pickle_hex(rjg::pickle::PyValue(rjg::pickle::PyBytes{"z"}));
+  const json::value with_bytes = give(fmt::format(R"({{"data": [{{"__pickled__": "{}"}}]}})", inner));
+  ASSERT_TRUE(is_pickled(with_bytes)) << with_bytes;
+  rjg::pickle::PyDict expected;
+  expected.items.emplace_back(rjg::pickle::PyValue("data"),
+                              rjg::pickle::PyValue(rjg::pickle::PyList{{rjg::pickle::PyValue(rjg::pickle::PyBytes{"z"})}}));
+  EXPECT_EQ(std::get<rjg::pickle::PyValue>(rjg::pickle::decode_pickle_hex(with_bytes.at("__pickled__").as_string())),
+            rjg::pickle::PyValue(expected));
+
+  // as_is: exactly what the body returned.
+  EXPECT_EQ(d.run(token, "Relay", {R"([[1, 2]])"}).at("result"), json::parse("[[1, 2]]"));
+}
+
+TEST(Library, NestedDefaultsAreSentInPythonsDialectAndTheBodyGetsThemAsDeclared) {
+  Library lib{"Probe"};
+  json::value seen;
+  lib.keyword("K", {{"table", "", json::parse(R"([[1, 2]])")}, {"flat", "", json::parse("[1, 2]")}}, "",
+              [&](Call& c) -> json::value {
+                seen = c.value("table");
+                return nullptr;
+              });
+  const json::object definition = lib.definition();
+  const json::array& args = definition.at("keywords").at(0).at("args").as_array();
+  ASSERT_TRUE(is_pickled(args.at(0).at("default"))) << args;
+  EXPECT_EQ(python_value(args.at(0).at("default")), json::parse("[[1, 2]]"));
+  EXPECT_EQ(args.at(1).at("default"), json::parse("[1, 2]"));
+  Driver d(lib);
+  d.initialize();
+  d.run(d.import(), "K");
+  EXPECT_EQ(seen, json::parse("[[1, 2]]"));
+}
+
+// What the stock client sends for a nested argument (a pickle) reads as plain JSON through the accessors;
+// value() keeps it as sent (a relay returns it unchanged).
+TEST(CallAccess, PickledArgumentsReadAsPlainJson) {
+  using rjg::pickle::PyValue;
+  Library lib{"Probe"};
+  std::vector<std::string> seen;
+  lib.keyword("K", {{"rows"}, {"options"}, {"blob"}}, "", [&](Call& c) -> json::value {
+    seen.push_back(json::serialize(c.get<json::array>("rows")));
+    seen.push_back(json::serialize(c.get<json::object>("options")));
+    seen.push_back(json::serialize(c.plain("rows")));
+    try {
+      c.plain("blob");
+    } catch (const KeywordError& e) {
+      seen.push_back(e.type() + ": " + e.what());
+    }
+    return c.value("rows");
+  });
+  Driver d(lib);
+  d.initialize();
+  const std::string token = d.import();
+  const json::value rows = json::object{
+      {"__pickled__", rjg::pickle::encode_pickle_hex(PyValue(rjg::pickle::PyList{
+                          {PyValue(rjg::pickle::PyList{{PyValue(1), PyValue(2)}}), PyValue(rjg::pickle::PyTuple{{PyValue("a")}})}}))}};
+  rjg::pickle::PyDict options;
+  options.items.emplace_back(PyValue("depth"), PyValue(rjg::pickle::PyList{{PyValue(3)}}));
+  const json::value options_wire = json::object{{"__pickled__", rjg::pickle::encode_pickle_hex(PyValue(options))}};
+  const json::value blob = json::object{{"__pickled__", rjg::pickle::encode_pickle_hex(PyValue(rjg::pickle::PyBytes{"\x01"}))}};
+  const json::object result = d.run(token, "K", {rows, options_wire, blob});
+  ASSERT_EQ(seen.size(), 4u) << json::serialize(result);
+  EXPECT_EQ(seen[0], R"([[1,2],["a"]])");
+  EXPECT_EQ(seen[1], R"({"depth":[3]})");
+  EXPECT_EQ(seen[2], R"([[1,2],["a"]])");
+  EXPECT_TRUE(seen[3].starts_with("ValueError: Keyword 'Probe.K': argument 'blob' cannot be read as JSON: ")) << seen[3];
+  EXPECT_EQ(result.at("result"), rows);  // value(): as sent, and already in the dialect
 }
 
 TEST(SessionProtocol, UnknownTokenAndUnknownKeyword) {

@@ -1,6 +1,7 @@
 #include "workers/ansible/adapter.hpp"
 
 #include "common/log.hpp"
+#include "common/pickle/python_json.hpp"
 #include "common/protocol/json_text.hpp"
 #include "workers/sdk/sdk.hpp"
 
@@ -274,7 +275,8 @@ std::string robot_type(std::string_view ansible_type) {
 json::object named_only(std::string_view name, std::string_view type, const json::value* default_value) {
   json::object arg{{"name", name}, {"type", type}, {"kind", "NAMED_ONLY"}, {"required", true},
                    {"has_default", default_value != nullptr}};
-  if (default_value) arg["default"] = *default_value;
+  // A Python client reads a default as a value: a nested one (a list of dicts) pickled.
+  if (default_value) arg["default"] = pickle::python_dialect(*default_value, fmt::format("{}'s default", name));
   return arg;
 }
 

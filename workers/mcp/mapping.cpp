@@ -1,6 +1,7 @@
 // MCP data as keywords, arguments, values and log lines (see mapping.hpp).
 #include "workers/mcp/mapping.hpp"
 
+#include "common/pickle/python_json.hpp"
 #include "workers/sdk/sdk.hpp"
 
 #include <fmt/format.h>
@@ -43,7 +44,8 @@ json::object argument_definition(std::string_view name, std::string_view type, s
                                  const json::value* default_value, std::string_view doc = {}) {
   json::object arg{{"name", name}, {"has_default", default_value != nullptr}, {"required", true}, {"kind", kind}};
   if (!type.empty()) arg["type"] = type;
-  if (default_value) arg["default"] = *default_value;
+  // A Python client reads a default as a value: a nested one (an object schema's default) pickled.
+  if (default_value) arg["default"] = pickle::python_dialect(*default_value, fmt::format("{}'s default", name));
   if (!doc.empty()) arg["doc"] = doc;
   return arg;
 }

@@ -1,6 +1,7 @@
 // Call: what a keyword body sees of its invocation.
 #include "workers/sdk/sdk.hpp"
 
+#include "common/pickle/python_json.hpp"
 #include "common/protocol/protocol.hpp"
 
 #include <fmt/format.h>
@@ -12,6 +13,18 @@ const json::value& Call::value(std::string_view name) const {
   if (it == bound_.end())
     throw std::logic_error(fmt::format("keyword '{}.{}' has no argument named '{}'", library_, keyword_, name));
   return it->value();
+}
+
+json::value Call::plain(std::string_view name) const {
+  const json::value& v = value(name);
+  if (!pickle::holds_pickle(v)) return v;
+  try {
+    return pickle::plain_json(json::serialize(v), name);
+  } catch (const pickle::ValueError& e) {
+    throw KeywordError(fmt::format("Keyword '{}.{}': argument '{}' cannot be read as JSON: {}", library_, keyword_,
+                                   name, e.what()),
+                       "ValueError");
+  }
 }
 
 namespace {

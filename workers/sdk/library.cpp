@@ -1,6 +1,8 @@
 // Library: keyword registration, signature checks, lookup and the LibraryDefinition.
 #include "workers/sdk/sdk.hpp"
 
+#include "common/pickle/python_json.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -41,7 +43,9 @@ json::object argument_definition(const Arg& a) {
   o["name"] = a.name;
   o["type"] = a.type;
   o["has_default"] = a.default_value.has_value();
-  if (a.default_value) o["default"] = *a.default_value;
+  // A Python client reads the default as it reads a value (a nested one pickled); the body still
+  // gets the default as declared.
+  if (a.default_value) o["default"] = pickle::python_dialect(*a.default_value, fmt::format("{}'s default", a.name));
   o["required"] = true;  // reserved by the protocol, always true
   o["kind"] = to_string(a.kind);
   if (!a.doc.empty()) o["doc"] = a.doc;
@@ -80,6 +84,14 @@ Library& Library::keyword(std::string name, std::vector<Arg> args, std::string d
 Library& Library::raw_keyword(std::string name, std::string doc, KeywordBody body) {
   keyword(std::move(name), {Arg::var_positional("args"), Arg::var_named("kwargs")}, std::move(doc), std::move(body));
   keywords_.back().raw = true;
+  return *this;
+}
+
+Library& Library::result_form(std::string_view keyword, ResultForm form) {
+  auto it = std::find_if(keywords_.begin(), keywords_.end(), [&](const Keyword& k) { return k.name == keyword; });
+  if (it == keywords_.end())
+    throw std::invalid_argument(fmt::format("result_form: no keyword named '{}' is registered", keyword));
+  it->result_form = form;
   return *this;
 }
 

@@ -79,13 +79,17 @@ class KeywordError : public std::runtime_error {
  public:
   explicit KeywordError(std::string message, std::string type = "AssertionError", std::string traceback = {},
                         ErrorMode mode = ErrorMode::unset)
-      : std::runtime_error(std::move(message)), type_(std::move(type)), traceback_(std::move(traceback)), mode_(mode) {}
+      : std::runtime_error(message), message_(std::move(message)), type_(std::move(type)),
+        traceback_(std::move(traceback)), mode_(mode) {}
 
+  // The whole message: what() ends at a NUL character, which a relayed message may hold.
+  const std::string& message() const { return message_; }
   const std::string& type() const { return type_; }
   const std::string& traceback() const { return traceback_; }
   ErrorMode mode() const { return mode_; }
 
  private:
+  std::string message_;
   std::string type_;
   std::string traceback_;
   ErrorMode mode_;
@@ -160,8 +164,15 @@ class Call {
   // Typed access with Robot-like conversion (so get<int64_t> also accepts "42"); a value that does
   // not convert throws KeywordError("... cannot be converted to ...", "ValueError").
   // T: bool, any integer type (range-checked), float/double, std::string, json::array, json::object.
+  // json::array and json::object also read a pickled list, tuple, set or dict (what Python clients send
+  // for nested values) as plain JSON, as plain() does.
   template <typename T>
   T get(std::string_view name) const;
+  // The argument as plain JSON: {"__pickled__": ...} values (the argument itself or inside it) decoded
+  // under the data-only policy and turned into JSON as Python's json.dumps would (tuples and sets as
+  // lists, datetimes as isoformat() text). A value JSON cannot carry (bytes, Decimal, NaN) throws
+  // KeywordError naming the argument, type "ValueError". value() gives the argument as it was sent.
+  json::value plain(std::string_view name) const;
 
   // Sends a robot/log notification at once; the client logs it under the running keyword.
   // Levels: TRACE, DEBUG, INFO, WARN, ERROR, CONSOLE, HTML.
@@ -230,7 +241,7 @@ T Call::get(std::string_view name) const {
   } else if constexpr (std::is_same_v<T, std::string>) {
     return as_string(name);
   } else if constexpr (std::is_same_v<T, json::array> || std::is_same_v<T, json::object>) {
-    const json::value& v = value(name);
+    const json::value v = plain(name);
     if constexpr (std::is_same_v<T, json::array>) {
       if (v.is_array()) return v.get_array();
     } else {
@@ -249,6 +260,17 @@ T Call::get(std::string_view name) const {
 
 using KeywordBody = std::function<json::value(Call&)>;
 
+// How a keyword's result goes on the wire.
+//   python (the default): in the dialect Python peers read (common/pickle/python_json.hpp): a scalar, or
+//     a flat list or dict of scalars, as JSON; anything nested (a list of dicts, a dict holding a list)
+//     pickled whole as {"__pickled__": ...}, which the stock client and the reference server unpickle
+//     into the list or dict the body built. (They refuse nested JSON, and the stock client then ends
+//     its session.) A value that already is one pickle object is sent as it is.
+//   as_is: exactly the JSON the body returned. For relays, whose value already is in the dialect of
+//     the peer that sent it (an echo of an argument), and for tools that must send exact JSON.
+// Call::return_raw texts are always sent as they are.
+enum class ResultForm { python, as_is };
+
 struct Keyword {
   std::string name;
   std::vector<Arg> args;
@@ -256,6 +278,7 @@ struct Keyword {
   KeywordBody body;
   std::vector<std::string> tags;
   bool raw = false;  // Library::raw_keyword: arguments as texts, no binding
+  ResultForm result_form = ResultForm::python;
 };
 
 class Library {
@@ -270,6 +293,9 @@ class Library {
   // caller sent (Call::args_text(), kwargs_text()): no tree is built, so values a tree cannot hold
   // (NaN, Infinity, 1e400, 40-digit integers) reach it unchanged, and Call::return_raw sends them back.
   Library& raw_keyword(std::string name, std::string doc, KeywordBody body);
+  // Sets how a registered keyword's result is sent (see ResultForm). Throws std::invalid_argument for
+  // a name that is not registered.
+  Library& result_form(std::string_view keyword, ResultForm form);
 
   // Called for each robot/import_library with that import's arguments; throwing fails the import
   // with a JSON-RPC error carrying the exception's message.

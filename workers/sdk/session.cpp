@@ -3,6 +3,7 @@
 // an unknown keyword gets a helpful message).
 #include "workers/sdk/sdk.hpp"
 
+#include "common/pickle/python_json.hpp"
 #include "common/protocol/protocol.hpp"
 
 #include <cxxabi.h>
@@ -82,6 +83,17 @@ json::array array_of(const params::Object& p, const std::optional<Slice>& slice)
 
 json::object object_of(const params::Object& p, const std::optional<Slice>& slice) {
   return slice ? std::move(tree_of(p.of(slice)).as_object()) : json::object();
+}
+
+// A keyword's value as the keyword's ResultForm says (Python's dialect unless the keyword opted out).
+json::value result_on_wire(const Keyword& keyword, json::value value) {
+  if (keyword.result_form == ResultForm::as_is) return value;
+  try {
+    return pickle::python_dialect(value, "result");
+  } catch (const pickle::ValueError& e) {
+    throw KeywordError(fmt::format("Keyword '{}' returned a value that cannot be sent: {}", keyword.name, e.what()),
+                       "ValueError");
+  }
 }
 
 std::string keyword_names(const Library& library) {
@@ -241,14 +253,14 @@ std::string Session::run_keyword(const Message& m, const params::RunKeyword& p) 
       }
       json::object result;
       // The reference leaves `result` out for None; Robot reads a missing result as None.
-      if (!value.is_null()) result["result"] = std::move(value);
+      if (!value.is_null()) result["result"] = result_on_wire(*keyword, std::move(value));
       return answer(result);
     } catch (const RpcError& e) {
       log::debug("keyword '{}' answered with error {}: {}", keyword->name, e.code, e.what());
       return make_error_raw(m.id_text(), e.code, log::valid_utf8(e.what()), e.data_text);
     } catch (const KeywordError& e) {
       log::debug("keyword '{}' failed: {}: {}", keyword->name, e.type(), e.what());
-      return error_result(e.what(), e.type(), e.traceback(), e.mode());
+      return error_result(e.message(), e.type(), e.traceback(), e.mode());
     } catch (const std::exception& e) {
       const std::string type = demangle(typeid(e).name());
       log::debug("keyword '{}' threw {}: {}", keyword->name, type, e.what());

@@ -257,6 +257,16 @@ void add_keywords(rjg::sdk::Library& lib) {
                 return v;
               });
 
+  lib.keyword("Return Json In Dialect", {{"json_text", "str"}},
+              "Parses `json_text` as JSON and returns the value the way SDK keywords return values by default: "
+              "in Python's dialect (a nested value pickled whole, a flat one as JSON).",
+              [](Call& c) -> json::value {
+                json::error_code ec;
+                json::value v = json::parse(c.get<std::string>("json_text"), ec);
+                if (ec) throw KeywordError(fmt::format("json_text is not valid JSON: {}", ec.message()), "ValueError");
+                return v;
+              });
+
   lib.keyword("Get Import Args", {}, "Returns {'args': [...], 'kw_args': {...}} of the import behind this instance.",
               [](Call& c) -> json::value {
                 json::object out;
@@ -520,6 +530,12 @@ void add_keywords(rjg::sdk::Library& lib) {
   lib.keyword("Import Count", {},
               "Returns how many imports of the library this process has begun, failed ones included.",
               [](Call&) -> json::value { return g_imports_handled.load(); });
+
+  // Relays: what the worker received, or exactly the JSON a test asked for, sent as it is (the
+  // integration tests compare it as JSON, and the gateway's own checks of results need the exact value).
+  // Every other keyword returns values in Python's dialect, the SDK's default.
+  for (const char* relay : {"Echo", "Return Json", "Get Import Args", "Echo Arguments", "Get Resolved Import Args"})
+    lib.result_form(relay, rjg::sdk::ResultForm::as_is);
 }
 
 // Takes the worker's own flags out of `args`, leaving the SDK's. Returns an error message or nothing.
