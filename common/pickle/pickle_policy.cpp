@@ -117,8 +117,12 @@ enum class Kind : std::uint8_t {
   none, boolean, integer, floating, str, bytes, bytearray, tuple, frozenset,
   list, dict, set, ordered_dict, dot_dict,  // mutable containers
   datetime, date, time, timedelta, timezone, decimal,
-  cls,  // an allowlisted class, only good as the callable of REDUCE
+  complex, path,    // built by REDUCE, like the datetime kinds
+  element, secret,  // objects: NEWOBJ makes one, BUILD gives it its state (an entry in the container table)
+  cls,  // an allowlisted class, only good as the callable of REDUCE or NEWOBJ
 };
+
+constexpr std::uint32_t bit(Kind k) { return std::uint32_t{1} << static_cast<unsigned>(k); }
 
 std::string_view kind_name(Kind k) {
   switch (k) {
@@ -142,6 +146,10 @@ std::string_view kind_name(Kind k) {
     case Kind::timedelta: return "datetime.timedelta";
     case Kind::timezone: return "datetime.timezone";
     case Kind::decimal: return "decimal.Decimal";
+    case Kind::complex: return "complex";
+    case Kind::path: return "pathlib.PosixPath";
+    case Kind::element: return "xml.etree.ElementTree.Element";
+    case Kind::secret: return "robot.utils.secret.Secret";
     case Kind::cls: return "class";
   }
   return "?";
@@ -151,16 +159,39 @@ bool is_container(Kind k) {
   return k == Kind::list || k == Kind::dict || k == Kind::set || k == Kind::ordered_dict || k == Kind::dot_dict;
 }
 bool is_mapping(Kind k) { return k == Kind::dict || k == Kind::ordered_dict || k == Kind::dot_dict; }
+bool is_object(Kind k) { return k == Kind::element || k == Kind::secret; }
+// Values that refer to an entry of the container table (shared by every reference to them).
+bool has_entry(Kind k) { return is_container(k) || is_object(k); }
 
 // The classes STACK_GLOBAL may name, as exact (module, name) pairs: a dotted name walks attributes in
 // Python ("DotDict.__init__.__globals__"), so nothing but these very strings is accepted. Each is only
-// callable through REDUCE with the argument shape its own __reduce__ produces (see reduce_shape_ok).
+// callable through REDUCE with the argument shape its own __reduce__ produces (see reduce_shape_ok),
+// or, for the objects, created by NEWOBJ with no arguments and given a state by BUILD (see build()).
+//
+// The review of each class added for Robot Framework's standard libraries (issue #23 item 6): what the
+// peer's unpickler runs for the admitted shape, in CPython 3.8 to 3.13, C and pure-Python picklers.
+//   builtins.complex: REDUCE complex(real, imag), as complex.__getnewargs__ gives it (two floats; ints
+//     are admitted too). The builtin constructor only stores two doubles.
+//   pathlib.PosixPath, PurePosixPath: REDUCE cls(*parts) with str parts (3.8-3.12: self.parts, 3.13:
+//     the raw segments, under the module name pathlib._local, which 3.14 keeps as an alias). The
+//     constructor only parses the text (os.fspath of a str is the str); nothing touches the file
+//     system. Path itself never appears (it makes PosixPath); Windows paths are not admitted.
+//   xml.etree.ElementTree.Element: NEWOBJ with () (element_new: tag, text, tail None, no children),
+//     then BUILD with the dict its C __getstate__ writes: the C __setstate__ only stores tag, attrib,
+//     text, tail and the children (which it checks are Elements); the pure-Python class (no
+//     __setstate__) only updates __dict__. Admitted: tag str, attrib a dict of str to str, text and
+//     tail str or None, _children a list of Elements already built, no other key (the pure-Python
+//     pickler leaves text and tail out when unset). An Element is refused as a dict key or set element.
+//   robot.utils.secret.Secret: NEWOBJ with () (object.__new__, no __init__), then BUILD with exactly
+//     {"value": str}: Secret has no __setstate__, so BUILD only sets the instance's __dict__.
+// The same rules, in the same shape, are in pickle_value.cpp's decoder (kClasses); one pickle core for
+// both is issue #24.
 struct AllowedClass {
   std::string_view module;
   std::string_view name;
   Kind makes;
 };
-constexpr std::array<AllowedClass, 9> kAllowed{{
+constexpr std::array<AllowedClass, 16> kAllowed{{
     {"robot.utils.dotdict", "DotDict", Kind::dot_dict},
     {"collections", "OrderedDict", Kind::ordered_dict},
     {"datetime", "datetime", Kind::datetime},
@@ -170,7 +201,18 @@ constexpr std::array<AllowedClass, 9> kAllowed{{
     {"datetime", "timezone", Kind::timezone},
     {"decimal", "Decimal", Kind::decimal},
     {"builtins", "bytearray", Kind::bytearray},
+    {"builtins", "complex", Kind::complex},
+    {"pathlib", "PosixPath", Kind::path},
+    {"pathlib", "PurePosixPath", Kind::path},
+    {"pathlib._local", "PosixPath", Kind::path},
+    {"pathlib._local", "PurePosixPath", Kind::path},
+    {"xml.etree.ElementTree", "Element", Kind::element},
+    {"robot.utils.secret", "Secret", Kind::secret},
 }};
+
+// The keys BUILD reads in a state dict: an Element's (the first five) and a Secret's.
+enum StateKey : std::uint8_t { kTag, kAttrib, kText, kTail, kChildren, kValue, kStateKeyCount };
+constexpr std::array<std::string_view, kStateKeyCount> kStateKeys{"tag", "attrib", "text", "tail", "_children", "value"};
 
 std::string class_name(const AllowedClass& c) { return fmt::format("{}.{}", c.module, c.name); }
 
@@ -184,6 +226,7 @@ struct Value {
   std::uint8_t arity = 0;  // Kind::tuple: item count, kManyItems above 3
   bool hashable = true;
   std::array<Kind, 3> item{};  // Kind::tuple of up to 3: the item kinds
+  std::uint32_t item_kinds = 0;  // Kind::tuple: bit(kind) of every item
   std::uint32_t depth = 0;     // nesting: 0 for scalars, 1 for an empty tuple
   std::uint32_t a = 0;         // str, bytes: offset of the text in the pickle; containers: table index
   std::uint32_t b = 0;         // str, bytes: length; tuple: length of the first item when str or bytes
@@ -194,6 +237,14 @@ struct Container {
   std::uint64_t size = 1;
   std::uint32_t depth = 1;
   bool nested = false;  // placed inside another value: its contents are final from then on
+  bool built = false;   // element, secret: BUILD has given it its state
+  // What a container holds, for BUILD's checks of a state dict and what it refers to.
+  bool other_keys = false;        // dict: a key that is not one of kStateKeys
+  std::uint8_t state_keys = 0;    // dict: which of kStateKeys it has (bit i)
+  std::uint32_t key_kinds = 0;    // dict: bit(kind) of its keys; list, set: of its items
+  std::uint32_t value_kinds = 0;  // dict: of its values
+  std::array<Kind, kStateKeyCount> state_kind{};  // dict: the kind of the value under each of kStateKeys
+  std::uint32_t attrib = 0, children = 0;        // dict: the entries of the "attrib" and "_children" values
 };
 
 std::uint64_t saturating_add(std::uint64_t x, std::uint64_t y) {
@@ -291,8 +342,8 @@ class Machine {
     return true;
   }
 
-  std::uint32_t depth_of(const Value& v) const { return is_container(v.kind) ? containers_[v.a].depth : v.depth; }
-  std::uint64_t size_of(const Value& v) const { return is_container(v.kind) ? containers_[v.a].size : v.size; }
+  std::uint32_t depth_of(const Value& v) const { return has_entry(v.kind) ? containers_[v.a].depth : v.depth; }
+  std::uint64_t size_of(const Value& v) const { return has_entry(v.kind) ? containers_[v.a].size : v.size; }
 
   bool check_bounds(std::uint64_t depth, std::uint64_t size) {
     if (depth > limits_.max_depth) return fail(fmt::format("nesting deeper than {} levels", limits_.max_depth));
@@ -302,11 +353,29 @@ class Machine {
   }
 
   // v becomes part of another value. A class is not data; a mutable container is final from now on,
-  // which makes depths and sizes exact and refuses every cycle.
+  // which makes depths and sizes exact and refuses every cycle; an object must have its state already
+  // (so it cannot be inside its own state).
   bool nest(const Value& v) {
     if (v.kind == Kind::cls) return fail(fmt::format("class {} used as a value", class_name(kAllowed[v.cls])));
-    if (is_container(v.kind)) containers_[v.a].nested = true;
+    if (is_object(v.kind) && !containers_[v.a].built)
+      return fail(fmt::format("{} used as a value before BUILD gave it its state", kind_name(v.kind)));
+    if (has_entry(v.kind)) containers_[v.a].nested = true;
     return true;
+  }
+
+  // A dict's member key = value, as far as BUILD's checks need it.
+  void note_member(Container& c, const Value& key, const Value& value) {
+    const auto name = key.kind == Kind::str ? text_of(key) : std::string_view();
+    const auto it = key.kind == Kind::str ? std::find(kStateKeys.begin(), kStateKeys.end(), name) : kStateKeys.end();
+    if (it == kStateKeys.end()) {
+      c.other_keys = true;
+      return;
+    }
+    const auto i = static_cast<std::size_t>(it - kStateKeys.begin());
+    c.state_keys = static_cast<std::uint8_t>(c.state_keys | (1u << i));
+    c.state_kind[i] = value.kind;
+    if (i == kAttrib) c.attrib = value.a;
+    if (i == kChildren) c.children = value.a;
   }
 
   // Adds stack_[first, last) to the container `target` (APPEND(S), SETITEM(S), ADDITEMS).
@@ -316,6 +385,7 @@ class Machine {
       return fail(fmt::format("opcode {} on a {} (only {})", op_name(op_), kind_name(target.kind),
                               wanted == Kind::dict ? "dict, OrderedDict or DotDict" : kind_name(wanted)));
     std::uint64_t depth = 0, size = 0;
+    std::uint32_t key_kinds = 0, value_kinds = 0;
     for (std::size_t i = first; i < last; ++i) {
       const Value& item = stack_[i];
       bool is_key = wanted == Kind::dict && (i - first) % 2 == 0;
@@ -324,6 +394,7 @@ class Machine {
       if (!nest(item)) return false;
       depth = std::max<std::uint64_t>(depth, depth_of(item));
       size = saturating_add(size, size_of(item));
+      (wanted != Kind::dict || is_key ? key_kinds : value_kinds) |= bit(item.kind);
     }
     Container& c = containers_[target.a];
     if (c.nested)
@@ -331,6 +402,10 @@ class Machine {
                               kind_name(target.kind)));
     c.depth = static_cast<std::uint32_t>(std::max<std::uint64_t>(c.depth, depth + 1));
     c.size = saturating_add(c.size, size);
+    c.key_kinds |= key_kinds;
+    c.value_kinds |= value_kinds;
+    if (wanted == Kind::dict)
+      for (std::size_t i = first; i + 1 < last; i += 2) note_member(c, stack_[i], stack_[i + 1]);
     if (!check_bounds(c.depth, c.size)) return false;
     stack_.resize(first);
     return true;
@@ -349,6 +424,7 @@ class Machine {
         return fail(fmt::format("unhashable {} as a frozenset element", kind_name(item.kind)));
       if (!nest(item)) return false;
       t.hashable = t.hashable && item.hashable;
+      t.item_kinds |= bit(item.kind);
       if (i - first < 3) t.item[i - first] = item.kind;
       if (i == first && (item.kind == Kind::bytes || item.kind == Kind::str)) t.b = item.b;
       depth = std::max<std::uint64_t>(depth, depth_of(item));
@@ -361,9 +437,10 @@ class Machine {
     return push(t);
   }
 
+  // A mutable container, or an object (element, secret: NEWOBJ) whose BUILD is still to come.
   bool new_container(Kind kind) {
     if (containers_.size() >= limits_.max_containers)
-      return fail(fmt::format("more than {} lists, dicts and sets", limits_.max_containers));
+      return fail(fmt::format("more than {} lists, dicts, sets and objects", limits_.max_containers));
     Value v;
     v.kind = kind;
     v.hashable = false;
@@ -442,6 +519,14 @@ class Machine {
       case Kind::decimal:
         expected = "(str,)";
         return n == 1 && k[0] == Kind::str;
+      case Kind::complex: {
+        const auto number = [](Kind x) { return x == Kind::floating || x == Kind::integer; };
+        expected = "(float, float)";
+        return n == 2 && number(k[0]) && number(k[1]);
+      }
+      case Kind::path:
+        expected = "a tuple of str";
+        return (args.item_kinds & ~bit(Kind::str)) == 0;
       default:
         expected = "nothing";
         return false;
@@ -475,6 +560,73 @@ class Machine {
     stack_.resize(stack_.size() - 2);
     if (is_container(cls.makes)) return new_container(cls.makes);
     return push_scalar(cls.makes, size);
+  }
+
+  // NEWOBJ: cls.__new__(cls, *args), for the objects of kAllowed only, with no arguments. The object
+  // is no value until BUILD gives it its state.
+  bool newobj() {
+    if (!need(2)) return false;
+    const Value& callable = stack_[stack_.size() - 2];
+    const Value& args = stack_.back();
+    if (callable.kind != Kind::cls)
+      return fail(fmt::format("NEWOBJ creates a {} (only allowed classes may be instantiated)", kind_name(callable.kind)));
+    const AllowedClass& cls = kAllowed[callable.cls];
+    if (!is_object(cls.makes)) return fail(fmt::format("NEWOBJ on {} is not allowed (only REDUCE builds it)", class_name(cls)));
+    if (args.kind != Kind::tuple || args.arity != 0)
+      return fail(fmt::format("NEWOBJ on {} with arguments {} is not allowed (expected ())", class_name(cls),
+                              describe_args(args)));
+    stack_.resize(stack_.size() - 2);
+    return new_container(cls.makes);
+  }
+
+  // Why a state dict is not what an Element's __getstate__ writes, or "".
+  std::string element_state_problem(const Container& s) const {
+    if (s.other_keys || (s.state_keys & (1u << kValue)))
+      return "a key other than tag, attrib, text, tail and _children";
+    const auto has = [&](StateKey k) { return (s.state_keys & (1u << k)) != 0; };
+    if (!has(kTag) || s.state_kind[kTag] != Kind::str) return "tag must be a str";
+    if (has(kAttrib)) {
+      const Container* a = s.state_kind[kAttrib] == Kind::dict ? &containers_[s.attrib] : nullptr;
+      if (!a || (a->key_kinds & ~bit(Kind::str)) || (a->value_kinds & ~bit(Kind::str)))
+        return "attrib must be a dict of str to str";
+    }
+    for (StateKey k : {kText, kTail})
+      if (has(k) && s.state_kind[k] != Kind::str && s.state_kind[k] != Kind::none)
+        return fmt::format("{} must be a str or None", kStateKeys[k]);
+    if (has(kChildren)) {
+      const Container* c = s.state_kind[kChildren] == Kind::list ? &containers_[s.children] : nullptr;
+      if (!c || (c->key_kinds & ~bit(Kind::element))) return "_children must be a list of Elements";
+    }
+    return "";
+  }
+
+  // BUILD: inst.__setstate__(state), or its __dict__ updated, on an object NEWOBJ made, once.
+  bool build() {
+    if (!need(2)) return false;
+    const Value& target = stack_[stack_.size() - 2];
+    const Value& state = stack_.back();
+    if (!is_object(target.kind))
+      return fail(fmt::format("BUILD on a {} (only on a new {} or {})", kind_name(target.kind),
+                              kind_name(Kind::element), kind_name(Kind::secret)));
+    if (containers_[target.a].built) return fail(fmt::format("second BUILD on one {}", kind_name(target.kind)));
+    if (state.kind != Kind::dict)
+      return fail(fmt::format("BUILD on {} with a {} as its state (expected a dict)", kind_name(target.kind),
+                              kind_name(state.kind)));
+    const Container& s = containers_[state.a];
+    std::string problem;
+    if (target.kind == Kind::element) problem = element_state_problem(s);
+    else if (s.other_keys || s.state_keys != (1u << kValue) || s.state_kind[kValue] != Kind::str)
+      problem = "the state must be exactly {\"value\": str}";
+    if (!problem.empty())
+      return fail(fmt::format("BUILD on {} with this state is not allowed: {}", kind_name(target.kind), problem));
+    if (!nest(state)) return false;
+    Container& object = containers_[target.a];
+    object.built = true;
+    object.depth = std::max<std::uint32_t>(1, s.depth);  // an Element's children are two levels down
+    object.size = saturating_add(1, s.size);
+    if (!check_bounds(object.depth, object.size)) return false;
+    stack_.pop_back();
+    return true;
   }
 
   bool memo_put(std::uint64_t index) {
@@ -630,6 +782,12 @@ class Machine {
           break;
         case REDUCE:
           if (!reduce()) return false;
+          break;
+        case NEWOBJ:
+          if (!newobj()) return false;
+          break;
+        case BUILD:
+          if (!build()) return false;
           break;
 
         case MEMOIZE:

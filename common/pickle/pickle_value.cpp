@@ -20,7 +20,7 @@ namespace {
 // Opcodes (CPython Lib/pickle.py): the ones the data-only check admits, and the ones the encoder writes.
 
 enum Op : unsigned char {
-  MARK = '(', STOP = '.', BININT = 'J', BININT1 = 'K', BININT2 = 'M', NONE = 'N', REDUCE = 'R', APPEND = 'a',
+  MARK = '(', STOP = '.', BUILD = 'b', NEWOBJ = 0x81, BININT = 'J', BININT1 = 'K', BININT2 = 'M', NONE = 'N', REDUCE = 'R', APPEND = 'a',
   EMPTY_DICT = '}', APPENDS = 'e', GET = 'g', BINGET = 'h', LONG_BINGET = 'j', EMPTY_LIST = ']', PUT = 'p',
   BINPUT = 'q', LONG_BINPUT = 'r', SETITEM = 's', TUPLE = 't', EMPTY_TUPLE = ')', SETITEMS = 'u', BINFLOAT = 'G',
   BINUNICODE = 'X', BINBYTES = 'B', SHORT_BINBYTES = 'C',
@@ -460,24 +460,73 @@ bool normalize_timedelta(__int128 days, __int128 seconds, __int128 micros, PyTim
 }
 
 // ---------------------------------------------------------------------------------------------------
+// pathlib: what str() of PosixPath(*segments) is, in CPython 3.8 to 3.13 (all parse only text).
+
+// posixpath.join of the segments (an absolute one starts over), then the root ("/", or exactly "//")
+// and the parts that are neither empty nor ".", as pathlib's parser keeps them; "." when none.
+std::string posix_path_text(const std::vector<std::string_view>& segments) {
+  std::string joined;
+  for (const auto segment : segments) {
+    if (segment.starts_with('/')) joined = segment;
+    else if (joined.empty() || joined.ends_with('/')) joined += segment;
+    else joined.append("/").append(segment);
+  }
+  std::string out;
+  std::string_view rest = joined;
+  if (rest.starts_with("//") && !rest.starts_with("///")) out = "//";
+  else if (rest.starts_with('/')) out = "/";
+  bool first = true;
+  while (!rest.empty()) {
+    const auto slash = rest.find('/');
+    const auto part = rest.substr(0, slash);
+    rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+    if (part.empty() || part == ".") continue;
+    if (!first) out += '/';
+    out += part;
+    first = false;
+  }
+  return out.empty() ? "." : out;
+}
+
+// The parts of a normalized path, as CPython 3.8 to 3.12 pickle them (self.parts): the root first.
+std::vector<std::string> posix_path_parts(const std::string& path) {
+  std::vector<std::string> parts;
+  const std::string text = posix_path_text({path});
+  std::string_view rest = text;
+  if (rest == ".") return parts;
+  if (rest.starts_with("//")) parts.emplace_back("//"), rest.remove_prefix(2);
+  else if (rest.starts_with('/')) parts.emplace_back("/"), rest.remove_prefix(1);
+  while (!rest.empty()) {
+    const auto slash = rest.find('/');
+    parts.emplace_back(rest.substr(0, slash));
+    rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+  }
+  return parts;
+}
+
+// ---------------------------------------------------------------------------------------------------
 // The decoder: the opcodes check_pickle_data_only() admits, run on plain values.
 
 enum class Tag : std::uint8_t {
   none, boolean, integer, bigint, floating, str, bytes, bytearray,
   tuple, frozenset, list, dict, set,  // in seqs_
-  scalar,                             // a finished datetime, date, time, timedelta or Decimal in scalars_
+  scalar,                             // a finished datetime, date, time, timedelta, Decimal, complex or path in scalars_
   timezone, cls,
+  element, secret,  // in objects_
 };
 
-enum class Cls : std::uint8_t { dot_dict, ordered_dict, datetime, date, time, timedelta, timezone, decimal, bytearray };
+enum class Cls : std::uint8_t {
+  dot_dict, ordered_dict, datetime, date, time, timedelta, timezone, decimal, bytearray, complex, posix_path,
+  pure_posix_path, element, secret,
+};
 
 struct AllowedClass {
   std::string_view module;
   std::string_view name;
   Cls cls;
 };
-// The checker's allowlist, with what each class makes.
-constexpr std::array<AllowedClass, 9> kClasses{{
+// The checker's allowlist, with what each class makes (the review of each is next to the checker's).
+constexpr std::array<AllowedClass, 16> kClasses{{
     {"robot.utils.dotdict", "DotDict", Cls::dot_dict},
     {"collections", "OrderedDict", Cls::ordered_dict},
     {"datetime", "datetime", Cls::datetime},
@@ -487,6 +536,13 @@ constexpr std::array<AllowedClass, 9> kClasses{{
     {"datetime", "timezone", Cls::timezone},
     {"decimal", "Decimal", Cls::decimal},
     {"builtins", "bytearray", Cls::bytearray},
+    {"builtins", "complex", Cls::complex},
+    {"pathlib", "PosixPath", Cls::posix_path},
+    {"pathlib", "PurePosixPath", Cls::pure_posix_path},
+    {"pathlib._local", "PosixPath", Cls::posix_path},
+    {"pathlib._local", "PurePosixPath", Cls::pure_posix_path},
+    {"xml.etree.ElementTree", "Element", Cls::element},
+    {"robot.utils.secret", "Secret", Cls::secret},
 }};
 
 // One value on the stack or in the memo. Containers live in seqs_ and every reference shares them, as
@@ -495,7 +551,7 @@ struct Value {
   Tag tag = Tag::none;
   std::uint32_t at = 0;  // offset of the opcode that made it: its identity (a memo GET shares it)
   std::int64_t i = 0;    // boolean, integer: the value; seq tags: index in seqs_; scalar, bigint: in
-                         // scalars_; timezone: in zones_; cls: Cls
+                         // scalars_; timezone: in zones_; cls: Cls; element, secret: in objects_
   double f = 0;
   std::string_view text;  // str, bytes, bytearray; bigint: its LONG bytes
 };
@@ -677,6 +733,20 @@ class Unpickler {
       else out += fmt::format("h{}", us - *t->utc_offset_seconds * std::int64_t{1000000});
     } else if (const auto* td = s.get<PyTimedelta>()) {
       out += fmt::format("R{},{},{}", td->days, td->seconds, td->microseconds);
+    } else if (const auto* c = s.get<PyComplex>()) {
+      // complex(x, 0) == x (and hashes alike); otherwise equal only to the same pair.
+      if (c->imag == 0) {
+        put_double_key(out, c->real, v.at);
+      } else {
+        out += 'j';
+        put_double_key(out, c->real, v.at);
+        out += ',';
+        put_double_key(out, c->imag, v.at);
+      }
+    } else if (const auto* path = s.get<PyPath>()) {
+      // PosixPath('a') == PurePosixPath('a'): the same text is the same key.
+      out += fmt::format("P{}:", path->path.size());
+      out += path->path;
     } else if (const auto* dec = s.get<PyDecimal>()) {
       auto parsed = parse_decimal(dec->text);
       if (!parsed || !put_decimal_key(out, *parsed, v.at))
@@ -830,6 +900,30 @@ class Unpickler {
         stack_.push_back(make_scalar(td));
         return true;
       }
+      case Cls::complex: {
+        double parts[2] = {0, 0};
+        for (std::size_t j = 0; j < 2; ++j) {
+          if (j >= a.size()) return fail("internal error: complex arguments after the data-only check");
+          if (a[j].tag == Tag::floating) parts[j] = a[j].f;
+          else if (a[j].tag == Tag::integer) parts[j] = static_cast<double>(a[j].i);  // rounds as float(int)
+          else return fail("complex() of an integer beyond 64 bits is not supported");
+        }
+        stack_.push_back(make_scalar(PyComplex{parts[0], parts[1]}));
+        return true;
+      }
+      case Cls::posix_path:
+      case Cls::pure_posix_path: {
+        std::vector<std::string_view> segments;
+        for (const Value& part : a) {
+          if (part.tag != Tag::str) return fail("internal error: path part after the data-only check");
+          segments.push_back(part.text);
+        }
+        stack_.push_back(
+            make_scalar(PyPath{posix_path_text(segments), static_cast<Cls>(callable.i) == Cls::pure_posix_path}));
+        return true;
+      }
+      case Cls::element:
+      case Cls::secret: return fail("internal error: REDUCE on an object class after the data-only check");
       case Cls::timezone: {
         const PyTimedelta* td = !a.empty() && a[0].tag == Tag::scalar
                                     ? scalars_[static_cast<std::size_t>(a[0].i)].get<PyTimedelta>()
@@ -849,6 +943,83 @@ class Unpickler {
       }
     }
     return fail("internal error: unknown class");
+  }
+
+  // NEWOBJ: a new Element or Secret; BUILD gives it its state dict.
+  bool newobj() {
+    Value args, callable;
+    if (!pop(args) || !pop(callable)) return false;
+    const auto cls = static_cast<Cls>(callable.i);
+    if (callable.tag != Tag::cls || (cls != Cls::element && cls != Cls::secret))
+      return fail("internal error: NEWOBJ shape after the data-only check");
+    Value v = make(cls == Cls::element ? Tag::element : Tag::secret);
+    v.i = static_cast<std::int64_t>(objects_.size());
+    objects_.emplace_back();
+    stack_.push_back(v);
+    return true;
+  }
+  bool build() {
+    Value state;
+    if (!pop(state) || stack_.empty() || state.tag != Tag::dict ||
+        (top().tag != Tag::element && top().tag != Tag::secret))
+      return fail("internal error: BUILD shape after the data-only check");
+    objects_[static_cast<std::size_t>(top().i)] = state;
+    return true;
+  }
+
+  // An object's state dict, as (key, value) pairs of the decoder's values.
+  const std::vector<Value>& state_of(const Value& object) {
+    return seqs_[static_cast<std::size_t>(objects_[static_cast<std::size_t>(object.i)].i)].items;
+  }
+
+  bool materialize_secret(const Value& v, PyValue& out) {
+    const auto& items = state_of(v);
+    if (items.size() != 2 || items[1].tag != Tag::str)
+      return fail_at(v.at, "internal error: Secret state after the data-only check");
+    out = PySecret{std::string(items[1].text)};
+    return true;
+  }
+
+  // One level of the tree per element (the checker counts two: its state dict and children list).
+  bool materialize_element(const Value& v, std::size_t depth, PyElement& out) {
+    if (depth > limits_.max_depth + 1)
+      return fail_at(v.at, fmt::format("nesting deeper than {} levels", limits_.max_depth));
+    const auto& items = state_of(v);
+    const auto bad = [&] { return fail_at(v.at, "internal error: Element state after the data-only check"); };
+    for (std::size_t j = 0; j + 1 < items.size(); j += 2) {
+      const std::string_view key = items[j].text;
+      const Value& value = items[j + 1];
+      const auto optional_text = [&](std::optional<std::string>& field) {
+        if (value.tag == Tag::str) field = std::string(value.text);
+        else if (value.tag == Tag::none) field.reset();
+        else return false;
+        return true;
+      };
+      if (key == "tag") {
+        if (value.tag != Tag::str) return bad();
+        out.tag = std::string(value.text);
+      } else if (key == "text" || key == "tail") {
+        if (!optional_text(key == "text" ? out.text : out.tail)) return bad();
+      } else if (key == "attrib") {
+        if (value.tag != Tag::dict) return bad();
+        const auto& attrib = seqs_[static_cast<std::size_t>(value.i)].items;
+        out.attrib.clear();
+        for (std::size_t k = 0; k + 1 < attrib.size(); k += 2) {
+          if (attrib[k].tag != Tag::str || attrib[k + 1].tag != Tag::str) return bad();
+          out.attrib.emplace_back(std::string(attrib[k].text), std::string(attrib[k + 1].text));
+        }
+      } else if (key == "_children") {
+        if (value.tag != Tag::list) return bad();
+        const auto& children = seqs_[static_cast<std::size_t>(value.i)].items;
+        out.children.assign(children.size(), PyElement{});
+        for (std::size_t k = 0; k < children.size(); ++k)
+          if (children[k].tag != Tag::element || !materialize_element(children[k], depth + 1, out.children[k]))
+            return error_.empty() ? bad() : false;
+      } else {
+        return bad();
+      }
+    }
+    return true;
   }
 
   bool execute() {
@@ -997,6 +1168,12 @@ class Unpickler {
         case REDUCE:
           if (!reduce()) return false;
           break;
+        case NEWOBJ:
+          if (!newobj()) return false;
+          break;
+        case BUILD:
+          if (!build()) return false;
+          break;
         case MEMOIZE:
         case BINPUT:
         case LONG_BINPUT:
@@ -1040,6 +1217,13 @@ class Unpickler {
       case Tag::timezone:
         return fail_at(v.at, "a datetime.timezone on its own is not supported (only inside a datetime or time)");
       case Tag::cls: return fail_at(v.at, "internal error: a class as a value after the data-only check");
+      case Tag::secret: return materialize_secret(v, out);
+      case Tag::element: {
+        PyElement e;
+        if (!materialize_element(v, depth, e)) return false;
+        out = std::move(e);
+        return true;
+      }
       case Tag::tuple:
       case Tag::frozenset:
       case Tag::list:
@@ -1082,6 +1266,7 @@ class Unpickler {
   std::vector<Seq> seqs_;
   std::vector<PyValue> scalars_;
   std::vector<Zone> zones_;
+  std::vector<Value> objects_;  // element, secret: the state dict BUILD gave each
   std::vector<bool> on_path_;
   std::uint64_t bigint_work_ = 0;
   std::size_t error_at_ = 0;
@@ -1101,8 +1286,9 @@ std::string checked_decimal_text(const PyDecimal& d) {
 
 // What Python can put in a set or use as a dict key.
 void check_hashable(const PyValue& v, std::string_view as) {
+  // Elements and Secrets hash by identity in Python; the checker refuses them as keys.
   if (v.get<PyList>() || v.get<PyDict>() || (v.get<PySet>() && !v.get<PySet>()->frozen) ||
-      (v.get<PyBytes>() && v.get<PyBytes>()->bytearray))
+      (v.get<PyBytes>() && v.get<PyBytes>()->bytearray) || v.get<PyElement>() || v.get<PySecret>())
     invalid(fmt::format("{} is unhashable and cannot be a {}", py_repr(v).substr(0, 80), as));
   if (const auto* t = v.get<PyTuple>())
     for (const auto& item : t->items) check_hashable(item, as);
@@ -1321,9 +1507,57 @@ class Pickler {
     } while (iterator ? i < items.size() : batch == kBatchSize);
   }
 
+  // What the C pickler writes for an Element: NEWOBJ, then BUILD with __getstate__'s dict (tag,
+  // _children, attrib, text, tail). The checker counts two levels per element (the dict, the list).
+  void save_element(const PyElement& e, std::size_t depth) {
+    if (depth + 2 > PickleLimits{}.max_depth)
+      invalid(fmt::format("elements nested deeper than the checker's {} levels (two per element)",
+                          PickleLimits{}.max_depth));
+    save_global("xml.etree.ElementTree", "Element");
+    op(EMPTY_TUPLE);
+    op(NEWOBJ);
+    memoize();
+    op(EMPTY_DICT);
+    memoize();
+    op(MARK);
+    save_str("tag");
+    save_str(e.tag);
+    save_str("_children");
+    op(EMPTY_LIST);
+    memoize();
+    std::size_t i = 0;
+    if (e.children.size() == 1) {
+      save_element(e.children[0], depth + 2);
+      op(APPEND);
+    } else if (!e.children.empty()) {
+      do {
+        op(MARK);
+        for (std::size_t batch = 0; i < e.children.size() && batch < kBatchSize; ++i, ++batch) {
+          if (frame_.size() >= kFrameTarget) commit();
+          save_element(e.children[i], depth + 2);
+        }
+        op(APPENDS);
+      } while (i < e.children.size());
+    }
+    save_str("attrib");
+    PyDict attrib;
+    for (const auto& [k, v] : e.attrib) attrib.items.emplace_back(k, v);
+    op(EMPTY_DICT);
+    memoize();
+    save_dict_items(attrib, depth + 2, false);
+    for (const auto* field : {&e.text, &e.tail}) {
+      save_str(field == &e.text ? "text" : "tail");
+      if (*field) save_str(**field);
+      else op(NONE);
+    }
+    op(SETITEMS);
+    op(BUILD);
+  }
+
   void save(const PyValue& v, std::size_t depth) {
     if (frame_.size() >= kFrameTarget) commit();
-    const bool container = v.get<PyList>() || v.get<PyTuple>() || v.get<PySet>() || v.get<PyDict>();
+    const bool container =
+        v.get<PyList>() || v.get<PyTuple>() || v.get<PySet>() || v.get<PyDict>() || v.get<PySecret>();
     if (container && depth + 1 > PickleLimits{}.max_depth)
       invalid(fmt::format("nesting deeper than {} levels", PickleLimits{}.max_depth));
     const std::size_t inner = depth + 1;
@@ -1424,6 +1658,39 @@ class Pickler {
             save_global("decimal", "Decimal");
             save_str(text);
             reduce_args(TUPLE1);
+          } else if constexpr (std::is_same_v<T, PyComplex>) {
+            save_global("builtins", "complex");
+            save_float(x.real);
+            save_float(x.imag);
+            reduce_args(TUPLE2);
+          } else if constexpr (std::is_same_v<T, PyPath>) {
+            // As 3.8 to 3.12 write it (module pathlib, the parts), which every version reads.
+            if (!valid_pickle_utf8(x.path)) invalid(fmt::format("path '{}' is not valid UTF-8", log::printable(x.path, 80)));
+            save_global("pathlib", x.pure ? "PurePosixPath" : "PosixPath");
+            const auto parts = posix_path_parts(x.path);
+            if (parts.empty()) {
+              op(EMPTY_TUPLE);
+              op(REDUCE);
+              memoize();
+              return;
+            }
+            if (parts.size() > 3) op(MARK);
+            for (const auto& part : parts) save_str(part);
+            const auto n = parts.size();
+            reduce_args(n == 1 ? TUPLE1 : n == 2 ? TUPLE2 : n == 3 ? TUPLE3 : TUPLE);
+          } else if constexpr (std::is_same_v<T, PyElement>) {
+            save_element(x, depth);
+          } else if constexpr (std::is_same_v<T, PySecret>) {
+            save_global("robot.utils.secret", "Secret");
+            op(EMPTY_TUPLE);
+            op(NEWOBJ);
+            memoize();
+            op(EMPTY_DICT);
+            memoize();
+            save_str("value");
+            save_str(x.value);
+            op(SETITEM);
+            op(BUILD);
           }
         },
         v.v);
@@ -1667,6 +1934,20 @@ std::string repr_float(double x) {
   return out;
 }
 
+// complex.__repr__: repr() of each part without a ".0" (Python's 'r' format without ADD_DOT_0), the
+// imaginary one signed; a real part of +0.0 is left out, with the parentheses.
+std::string repr_complex(const PyComplex& c) {
+  const auto part = [](double x) {
+    std::string text = repr_float(x);
+    if (text.ends_with(".0")) text.resize(text.size() - 2);
+    return text;
+  };
+  std::string imag = part(c.imag);
+  if (c.real == 0 && !std::signbit(c.real)) return imag + "j";
+  if (imag[0] != '-') imag.insert(0, "+");
+  return "(" + part(c.real) + imag + "j)";
+}
+
 std::string repr_timedelta(std::int64_t days, std::int64_t seconds, std::int64_t micros) {
   std::string args;
   if (days) args += fmt::format("days={}", days);
@@ -1812,6 +2093,19 @@ void repr_into(const PyValue& v, std::string& out, int depth) {
           out += "Decimal(";
           repr_str(x.text, out);
           out += ')';
+        } else if constexpr (std::is_same_v<T, PyComplex>) {
+          out += repr_complex(x);
+        } else if constexpr (std::is_same_v<T, PyPath>) {
+          out += x.pure ? "PurePosixPath(" : "PosixPath(";
+          repr_str(x.path, out);
+          out += ')';
+        } else if constexpr (std::is_same_v<T, PyElement>) {
+          // Python's is "<Element 'tag' at 0x7f...>": the address of an object no copy shares.
+          out += "<Element ";
+          repr_str(x.tag, out);
+          out += '>';
+        } else if constexpr (std::is_same_v<T, PySecret>) {
+          out += "Secret(value=<secret>)";
         }
       },
       v.v);
@@ -1869,6 +2163,8 @@ std::string py_repr(const PyValue& value) {
 std::string py_str(const PyValue& value) {
   if (const auto* s = value.get<std::string>()) return *s;
   if (const auto* d = value.get<PyDecimal>()) return d->text;
+  if (const auto* p = value.get<PyPath>()) return p->path;
+  if (value.get<PySecret>()) return "<secret>";
   if (const auto* td = value.get<PyTimedelta>()) return str_timedelta(*td);
   if (const auto* d = value.get<PyDate>()) return fmt::format("{:04}-{:02}-{:02}", d->year, d->month, d->day);
   if (const auto* t = value.get<PyTime>())

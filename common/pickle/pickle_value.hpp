@@ -105,11 +105,43 @@ struct PyDecimal {
   bool operator==(const PyDecimal&) const = default;
 };
 
+// complex: two doubles, as Python keeps it.
+struct PyComplex {
+  double real = 0, imag = 0;
+  bool operator==(const PyComplex&) const = default;  // a NaN part is unequal to itself, as in Python
+};
+
+// pathlib.PosixPath (pure: PurePosixPath), as str() gives it: the parts joined and normalized as pathlib
+// does ("/tmp/a b", "a/b", "//x", "."). Equal to Python when the text is (the two classes compare equal).
+struct PyPath {
+  std::string path = ".";
+  bool pure = false;
+  bool operator==(const PyPath&) const = default;
+};
+
+// xml.etree.ElementTree.Element: what its pickled state holds (tag, attrib in order, text, tail, child
+// elements). Python's str() and repr() of an Element carry its memory address, which no copy has:
+// py_repr() prints "<Element 'tag'>", and the classic visitors refuse to make text of one.
+struct PyElement {
+  std::string tag;
+  std::vector<std::pair<std::string, std::string>> attrib;
+  std::optional<std::string> text, tail;
+  std::vector<PyElement> children;
+  bool operator==(const PyElement&) const = default;
+};
+
+// robot.utils.secret.Secret: its str() is "<secret>", its repr() "Secret(value=<secret>)".
+struct PySecret {
+  std::string value;
+  bool operator==(const PySecret&) const = default;
+};
+
 // A tree of plain Python data. std::string is a Python str, as UTF-8; lone surrogates (which Python
 // strings can hold) appear as their 3-byte encodings, as CPython's pickle writes them.
 struct PyValue {
   using Variant = std::variant<PyNone, bool, std::int64_t, PyBigInt, double, std::string, PyBytes, PyList, PyTuple,
-                               PySet, PyDict, PyDateTime, PyDate, PyTime, PyTimedelta, PyDecimal>;
+                               PySet, PyDict, PyDateTime, PyDate, PyTime, PyTimedelta, PyDecimal, PyComplex, PyPath,
+                               PyElement, PySecret>;
   Variant v;
 
   PyValue() = default;  // None
@@ -151,8 +183,8 @@ std::string encode_pickle(const PyValue& value);
 std::string encode_pickle_hex(const PyValue& value);  // lowercase
 
 // Python's str() and repr() of the value (CPython 3.8 to 3.11; OrderedDict in the OrderedDict([...])
-// form, DotDict in its dict form, unicode printability of CPython 3.13). Nesting deeper than 1000
-// levels prints as "...".
+// form, DotDict in its dict form, unicode printability of CPython 3.13; an Element without the address
+// Python prints, see PyElement). Nesting deeper than 1000 levels prints as "...".
 std::string py_str(const PyValue& value);
 std::string py_repr(const PyValue& value);
 

@@ -338,6 +338,11 @@ json::value to_plain_json(const PyValue& value, std::string_view path) {
                           return json::value(static_cast<double>(t.days) * 86400.0 + t.seconds + t.microseconds / 1e6);
                         },
                         [&](const PyDecimal& d) { return refuse(fmt::format("Decimal('{}')", d.text)); },
+                        // json.dumps refuses these too (TypeError); a Secret's value is never printed.
+                        [&](const PyComplex& c) { return refuse(py_repr(PyValue{c})); },
+                        [&](const PyPath& p) { return refuse(py_repr(PyValue{p})); },
+                        [&](const PyElement& e) { return refuse("the XML element " + py_repr(PyValue{e})); },
+                        [&](const PySecret&) { return refuse("a robot.utils.secret.Secret"); },
                     },
                     value.v);
 }

@@ -123,6 +123,17 @@ xmlrpc::Value to_xmlrpc(const PyValue& value) {
                                                                             two(t.day), two(t.hour), two(t.minute),
                                                                             two(t.second))});
                         },
+                        [](const pickle::PyElement& e) -> xmlrpc::Value {
+                          // A classic server sends str() of it, which holds the object's address: only
+                          // that Python process could write that text.
+                          throw ValueError(fmt::format(
+                              "an xml.etree.ElementTree.Element ({}) has no XML-RPC form: a classic remote "
+                              "server sends its str(), which only the Python process holding it can make (it "
+                              "holds the object's address); return its text instead (XML's Element To String)",
+                              pickle::py_repr(PyValue{e})));
+                        },
+                        // complex, PosixPath, Secret: str() as a classic server sends it ("(1+2j)",
+                        // the path, "<secret>"); the other scalars' str() likewise.
                         [&](const auto& other) { return text_value(pickle::py_str(PyValue{other})); },
                     },
                     value.v);

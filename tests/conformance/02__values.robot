@@ -8,7 +8,7 @@ Library           JsonRpcRemote    ${GATEWAY}#values-complex    Values    AS    
 Test Template     Crosses Both Ways
 
 *** Variables ***
-${MODULES}        datetime,decimal,collections,robot.utils
+${MODULES}        datetime,decimal,collections,robot.utils,pathlib
 
 *** Test Cases ***                            EXPRESSION
 Text                                          'héllo wörld ✓ \\t tab'
@@ -44,8 +44,13 @@ Decimal                                       decimal.Decimal('3.141592653589793
 Bytes Holding A Backslash                     bytes([0, 255, 128, 92, 34]) + b' bytes'
 
 Complex Number
-    [Tags]    gap    gap-allowlist
     complex(1, 2)    Complex
+
+Path
+    pathlib.PosixPath('/tmp/a b')    Complex
+
+Pure Path
+    pathlib.PurePosixPath('a/b')    Complex
 
 Text Of Several Megabytes
     [Template]    Large Value Crosses Both Ways

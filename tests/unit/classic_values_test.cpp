@@ -168,3 +168,37 @@ TEST(PlainJson, WhatJsonCannotCarryIsRefusedNamingWhere) {
   // A pickle outside the data-only subset never gets this far: from_json refuses it first.
   EXPECT_THROW(classic::plain_json(R"([{"__pickled__": "80049500"}])", "args"), classic::ValueError);
 }
+
+// The classes Robot's standard libraries return (issue #23 item 6): a classic remote server sends
+// str() of them, except an XML element, whose str() holds its address in the Python process; JSON
+// (json.dumps) carries none of them.
+TEST(ClassicResults, StandardLibraryObjectsAsPythonRemoteServerSendsThem) {
+  using xmlrpc::Value;
+  EXPECT_EQ(classic::to_xmlrpc(PyValue(pickle::PyComplex{1, 2})), Value("(1+2j)"));
+  EXPECT_EQ(classic::to_xmlrpc(PyValue(pickle::PyPath{"/tmp/a b"})), Value("/tmp/a b"));
+  EXPECT_EQ(classic::to_xmlrpc(PyValue(pickle::PySecret{"hidden"})), Value("<secret>"));
+  EXPECT_EQ(classic::to_xmlrpc(PyValue(pickle::PyDict{{{PyValue(pickle::PyPath{"k"}), PyValue(pickle::PyComplex{0, 1})}}})),
+            Value(xmlrpc::Struct{{"k", "1j"}}));
+  const PyValue root(pickle::PyElement{"root", {{"a", "1"}}, "text", std::nullopt, {}});
+  try {
+    classic::to_xmlrpc(PyValue(pickle::PyList{{PyValue("x"), root}}));
+    ADD_FAILURE() << "an Element was sent as text";
+  } catch (const classic::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("an xml.etree.ElementTree.Element (<Element 'root'>) has no XML-RPC form"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("Element To String"), std::string::npos) << e.what();
+  }
+  // a pickled Element from a Python worker decodes (the classic front then refuses it as above)
+  EXPECT_EQ(classic::from_json(pickled(root), "result"), root);
+  for (const PyValue& v : {PyValue(pickle::PyComplex{1, 2}), PyValue(pickle::PyPath{"/x"}), root,
+                           PyValue(pickle::PySecret{"hidden"})}) {
+    try {
+      classic::to_plain_json(v, "result");
+      ADD_FAILURE() << pickle::py_repr(v) << " became JSON";
+    } catch (const classic::ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("has no JSON form"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("hidden"), std::string::npos) << "a Secret's value in a message: " << e.what();
+    }
+  }
+}

@@ -6,6 +6,7 @@ import datetime
 import decimal
 import hashlib
 import os
+import pathlib
 import signal
 import time
 
@@ -13,7 +14,7 @@ import robot.utils
 from robot.api import logger
 
 # What `Make` may use to build a value: the modules the suites' expressions name.
-NAMESPACE = {"datetime": datetime, "decimal": decimal, "collections": collections, "robot": robot}
+NAMESPACE = {"datetime": datetime, "decimal": decimal, "collections": collections, "robot": robot, "pathlib": pathlib}
 
 
 class ConformanceLibrary:
