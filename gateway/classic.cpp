@@ -60,10 +60,12 @@ std::string output_line(const json::value& params) {
   return fmt::format("*{}* {}\n", level, message);
 }
 
-// Robot shows an exception's type before its message unless the type is a generic one.
+// Robot shows an exception's type before its message unless the type is a generic one. RemoteError is the
+// failure of a classic server behind robot-classic-bridge, whose message names the server's own exception
+// already (Robot leaves the names of its own errors out too).
 std::string error_message(const std::string& message, const std::string& type) {
-  static constexpr std::string_view kGeneric[] = {"",     "AssertionError", "AssertionFailedError", "Exception",
-                                                  "Error", "RuntimeError",   "RuntimeException"};
+  static constexpr std::string_view kGeneric[] = {"",      "AssertionError", "AssertionFailedError", "Exception",
+                                                  "Error", "RuntimeError",   "RuntimeException",     "RemoteError"};
   if (std::find(std::begin(kGeneric), std::end(kGeneric), type) != std::end(kGeneric)) return message;
   return message.empty() ? type : fmt::format("{}: {}", type, message);
 }
@@ -635,12 +637,17 @@ const json::object* keyword_of(const json::value& definition, std::string_view n
   return found;
 }
 
-// The classic argument spec: "a", "b=default", "*varargs", "**kwargs", and the markers "*" and "/".
+// The classic argument spec: "a", "b=default", "*varargs", "**kwargs", and the markers "*" and "/". A
+// named-only argument comes after "*" or "*varargs" (a definition without the marker gets one): without it
+// Robot would read it as positional, and refuse a keyword-only argument without a default after one with.
 xmlrpc::Value argument_spec(const json::object& keyword) {
   xmlrpc::Array spec;
+  bool named_only = false;
   each_object(&keyword, "args", [&](const json::object& arg) {
     const auto name = string_member(arg, "name");
     const auto kind = string_member(arg, "kind");
+    if (kind == "NAMED_ONLY" && !named_only) spec.emplace_back("*");
+    if (kind == "NAMED_ONLY_MARKER" || kind == "VAR_POSITIONAL" || kind == "NAMED_ONLY") named_only = true;
     if (kind == "POSITIONAL_ONLY_MARKER") spec.emplace_back("/");
     else if (kind == "NAMED_ONLY_MARKER") spec.emplace_back("*");
     else if (kind == "VAR_POSITIONAL") spec.emplace_back("*" + name);
@@ -670,6 +677,8 @@ xmlrpc::Value argument_types(const json::object& keyword) {
   each_object(&keyword, "args", [&](const json::object& arg) {
     auto type = string_member(arg, "type");
     auto name = string_member(arg, "name");
+    const auto kind = string_member(arg, "kind");
+    if (kind == "POSITIONAL_ONLY_MARKER" || kind == "NAMED_ONLY_MARKER") return true;
     if (!type.empty() && !name.empty()) types.emplace_back(std::move(name), std::move(type));
     return true;
   });
@@ -708,14 +717,26 @@ xmlrpc::Value library_information(const json::value& definition) {
 HttpResponse xml(std::string body) { return HttpResponse{200, "text/xml", std::move(body)}; }
 HttpResponse fault(std::string_view message) { return xml(xmlrpc::write_fault(1, message)); }
 
+// A message (output, error, traceback) as a classic server sends it: text XML cannot carry (control
+// characters) as base64 of its Latin-1 bytes, which Robot's Remote reads back as the same text (safe_str);
+// beyond Latin-1 the writer puts U+FFFD for those characters.
+xmlrpc::Value message_value(std::string text) {
+  if (xmlrpc::xml_safe(text)) return xmlrpc::Value(std::move(text));
+  if (auto latin1 = xmlrpc::to_latin1(text)) return xmlrpc::Value(xmlrpc::Binary{std::move(*latin1)});
+  return xmlrpc::Value(std::move(text));
+}
+
 // The struct Robot's Remote reads: status, return, output, error, traceback, continuable, fatal.
 xmlrpc::Value keyword_result(const KeywordAnswer& answer, const std::string& library, const std::string& keyword,
                              std::size_t max_depth) {
   xmlrpc::Struct r;
   auto failed = [&](std::string error, std::string traceback = {}, bool continuable = false, bool fatal = false) {
-    return xmlrpc::Struct{{"status", "FAIL"},           {"return", ""},
-                          {"output", answer.output},     {"error", std::move(error)},
-                          {"traceback", std::move(traceback)}, {"continuable", continuable},
+    return xmlrpc::Struct{{"status", "FAIL"},
+                          {"return", ""},
+                          {"output", message_value(answer.output)},
+                          {"error", message_value(std::move(error))},
+                          {"traceback", message_value(std::move(traceback))},
+                          {"continuable", continuable},
                           {"fatal", fatal}};
   };
   if (answer.failure) return failed(*answer.failure);
@@ -742,7 +763,7 @@ xmlrpc::Value keyword_result(const KeywordAnswer& answer, const std::string& lib
                                 keyword, library, e.what()));
     }
   }
-  return xmlrpc::Struct{{"status", "PASS"}, {"return", std::move(value)}, {"output", answer.output},
+  return xmlrpc::Struct{{"status", "PASS"}, {"return", std::move(value)}, {"output", message_value(answer.output)},
                         {"error", ""},      {"traceback", ""},            {"continuable", false},
                         {"fatal", false}};
 }

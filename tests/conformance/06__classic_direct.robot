@@ -3,6 +3,8 @@ Documentation     Robot's own Remote library, directly to the classic server: th
 ...               gateway routes after this suite must match (classic_parity.resource).
 Resource          classic_parity.resource
 Library           Remote    ${CLASSIC_SERVER}
+Library           Remote    ${CLASSIC_SERVER}/old    AS    Old
+Test Setup        Set Library Search Order    Remote
 
 *** Test Cases ***
 Text Crosses
@@ -37,6 +39,18 @@ Positional, Default, Varargs And Kwargs
     Positional, Default, Varargs And Kwargs
 Keyword-Only Arguments
     Keyword-Only Arguments
+Text With Control Characters Goes As Bytes
+    Text With Control Characters Goes As Bytes
+An Integer Beyond XML-RPC's Range Is Refused
+    An Integer Beyond XML-RPC's Range Is Refused
+A Binary Dict Key Is Refused
+    A Binary Dict Key Is Refused
+Values Inside Containers Are Coerced Too
+    Values Inside Containers Are Coerced Too
+A Binary Failure Message Comes As Text
+    A Binary Failure Message Comes As Text
+An Older Server Is Asked Keyword By Keyword
+    An Older Server Is Asked Keyword By Keyword
 Logs Reach Robot's Log With Their Levels
     Logs Reach Robot's Log With Their Levels
 A Failure Carries Its Message

@@ -3,6 +3,8 @@ Documentation     Robot's Remote through the gateway's classic front to its clas
 ...               and the bridge combined): what Remote gives directly (classic_parity.resource).
 Resource          classic_parity.resource
 Library           Remote    ${CLASSIC}/ClassicUpstream
+Library           Remote    ${CLASSIC}/ClassicOld    AS    Old
+Test Setup        Set Library Search Order    Remote
 
 *** Test Cases ***
 Text Crosses
@@ -36,8 +38,19 @@ A Tuple Result Is A List
 Positional, Default, Varargs And Kwargs
     Positional, Default, Varargs And Kwargs
 Keyword-Only Arguments
-    [Tags]    gap    gap-classic-spec
     Keyword-Only Arguments
+Text With Control Characters Goes As Bytes
+    Text With Control Characters Goes As Bytes
+An Integer Beyond XML-RPC's Range Is Refused
+    An Integer Beyond XML-RPC's Range Is Refused
+A Binary Dict Key Is Refused
+    A Binary Dict Key Is Refused
+Values Inside Containers Are Coerced Too
+    Values Inside Containers Are Coerced Too
+A Binary Failure Message Comes As Text
+    A Binary Failure Message Comes As Text
+An Older Server Is Asked Keyword By Keyword
+    An Older Server Is Asked Keyword By Keyword
 Logs Reach Robot's Log With Their Levels
     Logs Reach Robot's Log With Their Levels
 A Failure Carries Its Message
@@ -49,8 +62,6 @@ The Keyword After A Failure Runs
 A Continuable Failure Lets The Keyword Go On
     A Continuable Failure Lets The Keyword Go On
 An Invalid Result Names What Is Wrong
-    [Tags]    gap    gap-classic-errors
     An Invalid Result Names What Is Wrong
 A Broken Connection Names What Is Wrong
-    [Tags]    gap    gap-classic-errors
     A Broken Connection Names What Is Wrong

@@ -11,9 +11,10 @@ Listens on 127.0.0.1 on a free port and writes the port to PORT_FILE once it acc
 --no-library-information it serves only the per-keyword methods, like servers older than Robot 4.
 """
 import datetime
+import socket
 import sys
 import traceback
-from xmlrpc.server import SimpleXMLRPCServer
+from xmlrpc.server import SimpleXMLRPCRequestHandler, SimpleXMLRPCServer
 
 
 class TestLibrary:
@@ -59,6 +60,30 @@ class TestLibrary:
         """Returns a string of `size` x's."""
         return "x" * int(size)
 
+    def describe(self, value):
+        """Returns the type name and repr of what arrived."""
+        return "%s:%r" % (type(value).__name__, value)
+
+    def named_only(self, first, *, second=2, third):
+        """Keyword-only arguments, one with a default before one without."""
+        return "%s %s %s" % (first, second, third)
+
+    def get_dicts(self):
+        """A list holding a struct that holds a struct."""
+        return [{"outer": {"inner": 1}}]
+
+    def no_return(self):
+        """The server answers it without a 'return' member."""
+
+    def no_status(self):
+        """The server answers it with a result that has no 'status'."""
+
+    def fail_binary(self):
+        """Fails with a message XML cannot carry: the server sends it as binary."""
+
+    def drop_connection(self):
+        """The server closes the connection without an answer."""
+
     def nested(self, depth):
         """Returns lists nested `depth` deep."""
         value = []
@@ -87,6 +112,11 @@ class RemoteServer:
         out += ["%s=%s" % (a, d) for a, d in zip(args[len(args) - len(defaults):], defaults)]
         if spec.varargs:
             out.append("*" + spec.varargs)
+        elif spec.kwonlyargs:
+            out.append("*")
+        for name in spec.kwonlyargs:
+            default = (spec.kwonlydefaults or {}).get(name, inspect.Parameter.empty)
+            out.append(name if default is inspect.Parameter.empty else "%s=%s" % (name, default))
         if spec.varkw:
             out.append("**" + spec.varkw)
         return out
@@ -113,6 +143,13 @@ class RemoteServer:
         return info
 
     def run_keyword(self, name, args, kwargs=None):
+        # Broken servers, as Robot's Remote library meets them.
+        if name == "no_status":
+            return {}
+        if name == "no_return":
+            return {"status": "PASS"}
+        if name == "fail_binary":
+            return {"status": "FAIL", "error": b"nul\x00bell\x07"}
         result = {"status": "FAIL", "return": "", "output": "", "error": "", "traceback": "",
                   "continuable": False, "fatal": False}
         captured = []
@@ -141,10 +178,28 @@ class RemoteServer:
         return result
 
 
+class RequestHandler(SimpleXMLRPCRequestHandler):
+    def do_POST(self):
+        # The keyword drop_connection: the connection closes without an answer.
+        length = int(self.headers.get("content-length", 0))
+        body = self.rfile.read(length)
+        if b">run_keyword<" in body and b">drop_connection<" in body:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        response = self.server._marshaled_dispatch(body, getattr(self, "_dispatch", None), self.path)
+        self.send_response(200)
+        self.send_header("Content-type", "text/xml")
+        self.send_header("Content-length", str(len(response)))
+        self.end_headers()
+        self.wfile.write(response)
+
+
 def main():
     port_file = sys.argv[1]
     with_information = "--no-library-information" not in sys.argv[2:]
-    server = SimpleXMLRPCServer(("127.0.0.1", 0), logRequests=False, allow_none=True, use_builtin_types=True)
+    server = SimpleXMLRPCServer(("127.0.0.1", 0), requestHandler=RequestHandler, logRequests=False, allow_none=True,
+                                use_builtin_types=True)
     remote = RemoteServer(TestLibrary())
     for method in ["get_keyword_names", "get_keyword_arguments", "get_keyword_types", "get_keyword_tags",
                    "get_keyword_documentation", "run_keyword"]:

@@ -8,10 +8,14 @@
 //
 // An import asks the server for its library information (get_library_information, or the per-keyword
 // methods of servers that predate it) and answers a definition built from it. A keyword call is the
-// server's run_keyword: its output becomes robot/log notifications (in order, before the answer, split
-// at Robot's *LEVEL* markers as Robot splits it), status FAIL the protocol's error (message, traceback,
-// CONTINUABLE or FATAL), and its return value the protocol's value (base64 as pickled bytes, dateTime as
-// a pickled datetime, arrays and structs as lists and objects; see common/xmlrpc/classic_values.hpp).
+// server's run_keyword, and does what Robot's own Remote library (robot/libraries/Remote.py) does with the
+// same call, so that a suite gets the same from this route as from Remote: the arguments are coerced as
+// Remote coerces them (ArgumentCoercer: see remote_argument), the output becomes robot/log notifications
+// (in order, before the answer, split at Robot's *LEVEL* markers as Robot splits it), status FAIL the
+// protocol's error (message, traceback, CONTINUABLE or FATAL), the return value the protocol's value as
+// Remote returns it (no return value "", structs DotDicts, base64 bytes, dateTime a datetime: pickled where
+// JSON has no such value), and Remote's texts for what goes wrong ("Invalid remote result dictionary: ...",
+// "Connection to remote server broken: ...").
 // Every call opens a connection of its own, as Robot's Remote library does. The server cannot be asked to
 // stop a keyword: the gateway's keyword_timeout ends this process, which closes the connection.
 #include "common/log.hpp"
@@ -36,6 +40,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -51,9 +56,13 @@ namespace classic = rjg::classic;
 namespace protocol = rjg::protocol;
 using namespace std::chrono_literals;
 
-// The server did not answer with XML-RPC: refused, unreachable, timed out, broken, not XML-RPC.
+// The server did not answer with XML-RPC: refused, unreachable, timed out, broken (connection), an HTTP
+// error (http_status), not XML-RPC (not_xml_rpc). Robot's Remote library words a keyword's failure after
+// the kind (RemoteClient.run_keyword).
 struct TransportError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  enum class Kind { connection, http_status, not_xml_rpc };
+  TransportError(Kind kind, const std::string& what) : std::runtime_error(what), kind(kind) {}
+  Kind kind;
 };
 // The server answered, beyond what the bridge takes in one answer (its bytes, values or nesting): what()
 // says so, naming the server and the limit. Not a broken server: its import stays usable.
@@ -76,15 +85,18 @@ class XmlRpcServer {
     boost::system::error_code ec;
     asio::ip::tcp::resolver resolver(io);
     const auto endpoints = resolver.resolve(address_.host, std::to_string(address_.port), ec);
-    if (ec) throw TransportError(fmt::format("cannot resolve '{}': {}", address_.host, ec.message()));
+    if (ec)
+      throw TransportError(TransportError::Kind::connection,
+                           fmt::format("cannot resolve '{}': {}", address_.host, ec.message()));
     beast::tcp_stream stream(io);
     stream.expires_after(connect_timeout_);
     stream.async_connect(endpoints, [&](boost::system::error_code e, const auto&) { ec = e; });
     io.run();
     if (ec == beast::error::timeout)
-      throw TransportError(fmt::format("no connection within {}s (connect_timeout)",
+      throw TransportError(TransportError::Kind::connection,
+                           fmt::format("no connection within {}s (connect_timeout)",
                                        std::chrono::duration<double>(connect_timeout_).count()));
-    if (ec) throw TransportError(fmt::format("cannot connect: {}", ec.message()));
+    if (ec) throw TransportError(TransportError::Kind::connection, fmt::format("cannot connect: {}", ec.message()));
     stream.expires_never();  // a keyword runs as long as it runs: the gateway's keyword_timeout bounds it
 
     http::request<http::string_body> request{http::verb::post, address_.path.empty() ? "/RPC2" : address_.path, 11};
@@ -94,7 +106,8 @@ class XmlRpcServer {
     request.body() = xmlrpc::write_call(method, params);
     request.prepare_payload();
     http::write(stream, request, ec);
-    if (ec) throw TransportError(fmt::format("sending {} failed: {}", method, ec.message()));
+    if (ec)
+      throw TransportError(TransportError::Kind::connection, fmt::format("sending {} failed: {}", method, ec.message()));
 
     beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
@@ -106,10 +119,13 @@ class XmlRpcServer {
                                       "the bridge reads of one answer (the library's max_answer_bytes). Raise "
                                       "max_answer_bytes if its answers are that large.",
                                       url(), method, max_bytes_));
-    if (ec) throw TransportError(fmt::format("reading its answer to {} failed: {}", method, ec.message()));
+    if (ec)
+      throw TransportError(TransportError::Kind::connection,
+                           fmt::format("reading its answer to {} failed: {}", method, ec.message()));
     const auto& response = parser.get();
     if (response.result() != http::status::ok)
-      throw TransportError(fmt::format("it answered {} with HTTP {} {}", method, response.result_int(),
+      throw TransportError(TransportError::Kind::http_status,
+                           fmt::format("it answered {} with HTTP {} {}", method, response.result_int(),
                                        std::string_view(response.reason().data(), response.reason().size())));
     xmlrpc::Limits limits;
     limits.max_bytes = max_bytes_;
@@ -121,7 +137,8 @@ class XmlRpcServer {
                                       "one value per {} bytes of it, and arrays and structs nested at most {} deep.",
                                       url(), method, e.what(), max_bytes_, limits.bytes_per_value, limits.max_depth));
     } catch (const xmlrpc::ParseError& e) {
-      throw TransportError(fmt::format("its answer to {} is not XML-RPC: {}", method, e.what()));
+      throw TransportError(TransportError::Kind::not_xml_rpc,
+                           fmt::format("its answer to {} is not XML-RPC: {}", method, e.what()));
     }
   }
 
@@ -139,8 +156,26 @@ sdk::RpcError unreachable(const XmlRpcServer& server, const TransportError& e) {
                                    server.url(), e.what()));
 }
 
+// bytes.decode("latin-1"): each byte the code point of its value, as UTF-8.
+std::string latin1_text(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  for (const unsigned char c : bytes) {
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else {
+      out += static_cast<char>(0xc0 | (c >> 6));
+      out += static_cast<char>(0x80 | (c & 0x3f));
+    }
+  }
+  return out;
+}
+
+// A value as text, as Robot's Remote library reads a message (robot.utils.safe_str): base64 (a server
+// sends text XML cannot carry so) as its Latin-1 characters, anything else as Python's str().
 std::string text_of(const xmlrpc::Value& v) {
   if (const auto* s = std::get_if<std::string>(&v.v)) return *s;
+  if (const auto* b = std::get_if<xmlrpc::Binary>(&v.v)) return latin1_text(b->bytes);
   return rjg::pickle::py_str(classic::to_python(v));
 }
 
@@ -170,11 +205,12 @@ LibraryInfo fetch_information(XmlRpcServer& server) {
   auto everything = server.call("get_library_information", {});
   if (!everything.is_fault && everything.value.is<xmlrpc::Struct>()) {
     for (const auto& [name, fields] : everything.value.as<xmlrpc::Struct>()) {
-      if (name == "__init__") continue;
       if (name == "__intro__") {
         if (const auto* doc = fields.member("doc")) info.doc = text_of(*doc);
         continue;
       }
+      // __init__ and any other __name__ describe the library, not a keyword (Remote.get_keyword_names).
+      if (name.size() >= 4 && name.starts_with("__") && name.ends_with("__")) continue;
       KeywordInfo kw;
       kw.name = name;
       if (fields.is<xmlrpc::Struct>())
@@ -184,7 +220,8 @@ LibraryInfo fetch_information(XmlRpcServer& server) {
     return info;
   }
   // A server older than Robot 4's get_library_information: one call per keyword and field, each with its
-  // default when the server faults (as Robot's Remote library does).
+  // default when the server faults or the call fails (as Robot's Remote library does: its client turns
+  // both into the TypeError it falls back on).
   auto names = server.call("get_keyword_names", {});
   if (names.is_fault)
     throw sdk::RpcError(protocol::kWorkerFailed,
@@ -199,8 +236,13 @@ LibraryInfo fetch_information(XmlRpcServer& server) {
     kw.name = text_of(name);
     for (auto [method, field] : {std::pair{"get_keyword_arguments", "args"}, std::pair{"get_keyword_types", "types"},
                                  std::pair{"get_keyword_tags", "tags"}, std::pair{"get_keyword_documentation", "doc"}}) {
-      auto answer = server.call(method, {xmlrpc::Value(kw.name)});
-      if (!answer.is_fault) fill(kw, field, answer.value);
+      try {
+        auto answer = server.call(method, {xmlrpc::Value(kw.name)});
+        if (!answer.is_fault) fill(kw, field, answer.value);
+      } catch (const TransportError& e) {
+        rjg::log::warn("{} of keyword '{}' failed, so the keyword has its default {}: {}", method, kw.name, field,
+                       e.what());
+      }
     }
     info.keywords.push_back(std::move(kw));
   }
@@ -214,11 +256,21 @@ json::array argument_definitions(const KeywordInfo& kw) {
   json::array out;
   bool named_only = false;
   std::size_t position = 0;
+  // A nil type (None) says nothing about the argument, as an empty one.
+  auto type_text = [](const xmlrpc::Value& type) -> std::optional<std::string> {
+    if (type.is<xmlrpc::Nil>()) return std::nullopt;
+    return text_of(type);
+  };
   auto type_of = [&](const std::string& name) -> std::optional<std::string> {
-    if (const auto* by_name = kw.types.member(name)) return text_of(*by_name);
+    if (const auto* by_name = kw.types.member(name)) return type_text(*by_name);
     if (kw.types.is<xmlrpc::Array>() && position < kw.types.as<xmlrpc::Array>().size())
-      return text_of(kw.types.as<xmlrpc::Array>()[position]);
+      return type_text(kw.types.as<xmlrpc::Array>()[position]);
     return std::nullopt;
+  };
+  // The markers stay in the definition: the stock client rebuilds Robot's spec from them (a named-only
+  // argument with a default before one without is valid only after "*"), as the reference server sends them.
+  auto marker = [&](std::string_view name, std::string_view kind) {
+    out.push_back(json::object{{"name", name}, {"kind", kind}, {"required", false}, {"has_default", false}});
   };
   for (const auto& item : kw.args) {
     std::string spec;
@@ -232,10 +284,12 @@ json::array argument_definitions(const KeywordInfo& kw) {
     }
     if (spec == "/") {
       for (auto& arg : out) arg.as_object()["kind"] = "POSITIONAL_ONLY";
+      marker("/", "POSITIONAL_ONLY_MARKER");
       continue;
     }
     if (spec == "*") {
       named_only = true;
+      marker("*", "NAMED_ONLY_MARKER");
       continue;
     }
     json::object arg{{"required", true}};
@@ -329,36 +383,207 @@ void relay_output(sdk::Call& call, std::string_view output) {
   emit(level, output.substr(begin));
 }
 
+// ---- Arguments, as Robot's Remote library sends them (ArgumentCoercer in robot/libraries/Remote.py) ----
+
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+// Remote's ArgumentCoercer.binary: the control characters XML cannot carry (tab, LF and CR it can).
+bool holds_binary(std::string_view text) {
+  for (const unsigned char c : text)
+    if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return true;
+  return false;
+}
+
+// An argument Remote would not send either: its exception's type and Remote's text, then where and what to do.
+[[noreturn]] void refuse(std::string type, std::string remote_text, std::string_view path, std::string_view advice) {
+  throw sdk::KeywordError(fmt::format("{} ({}: Robot's Remote library refuses it too; {})", remote_text, path, advice),
+                          std::move(type));
+}
+
+// A str: as it is, or its Latin-1 bytes when it holds control characters (Remote's _handle_string).
+xmlrpc::Value remote_text(const std::string& text, std::string_view path) {
+  if (!holds_binary(text)) return xmlrpc::Value(text);
+  auto bytes = xmlrpc::to_latin1(text);
+  if (!bytes)
+    refuse("ValueError", fmt::format("Cannot represent {} as binary.", rjg::pickle::py_repr(text)), path,
+           "a string holding control characters goes as bytes, and this one has characters beyond Latin-1: pass "
+           "bytes instead");
+  return xmlrpc::Value(xmlrpc::Binary{std::move(*bytes)});
+}
+
+// Remote's _to_string: safe_str() of the value ("" for None), then as a str.
+std::string safe_text(const rjg::pickle::PyValue& value) {
+  if (value.get<rjg::pickle::PyNone>()) return {};
+  if (const auto* b = value.get<rjg::pickle::PyBytes>()) return latin1_text(b->bytes);
+  return rjg::pickle::py_str(value);
+}
+
+// One argument as Remote's ArgumentCoercer.coerce turns it into XML-RPC: str (bytes when it holds control
+// characters), int within XML-RPC's 32 bits, float, bool, bytes and datetime as they are; a date as the
+// datetime of its midnight, a timedelta as its seconds; dicts (OrderedDict, DotDict) as structs with
+// safe_str() of each key, lists, tuples and sets as arrays; None as "", and anything else as its str().
+// Where Remote fails (a larger int: xmlrpc.client's OverflowError; binary keys; control characters beyond
+// Latin-1) the keyword fails with Remote's text. `path`: "args[1]['key']".
+xmlrpc::Value remote_argument(const rjg::pickle::PyValue& value, const std::string& path) {
+  namespace py = rjg::pickle;
+  auto items = [&](const std::vector<py::PyValue>& in) {
+    xmlrpc::Array out;
+    out.reserve(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) out.push_back(remote_argument(in[i], fmt::format("{}[{}]", path, i)));
+    return xmlrpc::Value(std::move(out));
+  };
+  auto overflow = [&](const std::string& digits) -> xmlrpc::Value {
+    refuse("OverflowError", "int exceeds XML-RPC limits", path,
+           fmt::format("{} is outside the 32-bit integers XML-RPC carries: pass it as a string", digits));
+  };
+  return std::visit(
+      Overloaded{
+          [&](const std::string& s) { return remote_text(s, path); },
+          [](bool b) { return xmlrpc::Value(b); },
+          [&](std::int64_t i) {
+            if (i < INT32_MIN || i > INT32_MAX) return overflow(std::to_string(i));
+            return xmlrpc::Value(i);
+          },
+          [&](const py::PyBigInt& b) { return overflow(b.decimal); },
+          [](double d) { return xmlrpc::Value(d); },
+          [](const py::PyBytes& b) { return xmlrpc::Value(xmlrpc::Binary{b.bytes}); },
+          [](const py::PyDateTime& t) { return classic::to_xmlrpc(py::PyValue{t}); },
+          [](const py::PyDate& d) {
+            py::PyDateTime midnight;
+            midnight.year = d.year, midnight.month = d.month, midnight.day = d.day;
+            return classic::to_xmlrpc(py::PyValue{midnight});
+          },
+          [](const py::PyTimedelta& t) {
+            // total_seconds(): the microseconds divided once, exact while they fit a double's 53 bits.
+            const long double micros =
+                (static_cast<long double>(t.days) * 86400 + t.seconds) * 1'000'000 + t.microseconds;
+            return xmlrpc::Value(static_cast<double>(micros / 1'000'000));
+          },
+          [&](const py::PyList& l) { return items(l.items); },
+          [&](const py::PyTuple& t) { return items(t.items); },
+          [&](const py::PySet& s) { return items(s.items); },
+          [&](const py::PyDict& d) {
+            xmlrpc::Struct out;
+            out.reserve(d.items.size());
+            for (const auto& [k, v] : d.items) {
+              const std::string where = fmt::format("{}[{}]", path, py::py_repr(k));
+              auto key = remote_text(safe_text(k), where);
+              if (auto* bytes = std::get_if<xmlrpc::Binary>(&key.v))
+                refuse("ValueError",
+                       fmt::format("Dictionary keys cannot be binary. Got {}.", py::py_repr(py::PyBytes{bytes->bytes})),
+                       where, "a key holding control characters would go as bytes, which a struct's names cannot be");
+              out.emplace_back(std::move(key.as<std::string>()), remote_argument(v, where));
+            }
+            return xmlrpc::Value(std::move(out));
+          },
+          [](const py::PyNone&) { return xmlrpc::Value(std::string()); },
+          [&](const py::PyElement& e) -> xmlrpc::Value {
+            // Remote sends str() of it, which holds the object's address: only the Python process that
+            // holds the element can write that text.
+            refuse("ValueError", fmt::format("{} has no XML-RPC form but its str()", py::py_repr(py::PyValue{e})), path,
+                   "pass its text instead (XML's Element To String)");
+          },
+          [&](const auto& other) { return remote_text(py::py_str(py::PyValue{other}), path); },
+      },
+      value.v);
+}
+
+// ---- Results, as Robot's Remote library reads them (RemoteResult) ----
+
+// Remote's RemoteResult._convert: every dict, at any depth, a DotDict (so ${result.name} works).
+void to_dot_dicts(rjg::pickle::PyValue& value) {
+  if (auto* list = std::get_if<rjg::pickle::PyList>(&value.v)) {
+    for (auto& item : list->items) to_dot_dicts(item);
+  } else if (auto* dict = std::get_if<rjg::pickle::PyDict>(&value.v)) {
+    dict->kind = rjg::pickle::PyDict::Kind::dot_dict;
+    for (auto& [key, item] : dict->items) to_dot_dicts(item);
+  }
+}
+
+// Python's bool() of a result's flag (Remote: bool(result.get("fatal", False))).
+bool truthy(const xmlrpc::Value& v) {
+  return std::visit(Overloaded{
+                        [](const xmlrpc::Nil&) { return false; },
+                        [](bool b) { return b; },
+                        [](std::int64_t i) { return i != 0; },
+                        [](double d) { return d != 0; },
+                        [](const std::string& s) { return !s.empty(); },
+                        [](const xmlrpc::Binary& b) { return !b.bytes.empty(); },
+                        [](const xmlrpc::DateTime&) { return true; },
+                        [](const xmlrpc::Array& a) { return !a.empty(); },
+                        [](const xmlrpc::Struct& s) { return !s.empty(); },
+                    },
+                    v.v);
+}
+
 json::value run_keyword(XmlRpcServer& server, sdk::Call& call) {
   xmlrpc::Array params{xmlrpc::Value(call.keyword())};
+  rjg::pickle::PyValue args, kwargs;
   try {
-    const auto args = classic::from_json(call.args_text().empty() ? "[]" : call.args_text(), "args");
-    const auto kwargs = classic::from_json(call.kwargs_text().empty() ? "{}" : call.kwargs_text(), "kwargs");
-    auto converted_args = classic::to_xmlrpc(args);
-    if (!converted_args.is<xmlrpc::Array>()) throw classic::ValueError("args: not a list");
-    params.push_back(std::move(converted_args));
-    auto converted_kwargs = classic::to_xmlrpc(kwargs);
-    if (!converted_kwargs.is<xmlrpc::Struct>()) throw classic::ValueError("kwargs: not an object");
-    // Robot's Remote sends the named arguments only when there are some: older servers take two params.
-    if (!converted_kwargs.as<xmlrpc::Struct>().empty()) params.push_back(std::move(converted_kwargs));
+    args = classic::from_json(call.args_text().empty() ? "[]" : call.args_text(), "args");
+    kwargs = classic::from_json(call.kwargs_text().empty() ? "{}" : call.kwargs_text(), "kwargs");
   } catch (const classic::ValueError& e) {
-    throw sdk::KeywordError(fmt::format("An argument cannot be sent to the classic remote server: {}", e.what()),
+    // A value outside the data-only subset (an object only Python could render): never unpickled, never sent.
+    throw sdk::KeywordError(fmt::format("An argument of keyword '{}' cannot be sent to the classic remote server at "
+                                        "{}: {}. Pass it as text, a number, bytes, a date or a list or dict of them.",
+                                        call.keyword(), server.url(), e.what()),
                             "ValueError");
   }
+  const auto* positional = args.get<rjg::pickle::PyList>();
+  const auto* named = kwargs.get<rjg::pickle::PyDict>();
+  if (!positional || !named)
+    throw sdk::KeywordError(fmt::format("Keyword '{}' was called with {} that are not a {}", call.keyword(),
+                                        positional ? "named arguments" : "arguments", positional ? "dict" : "list"),
+                            "ValueError");
+  xmlrpc::Array converted;
+  for (std::size_t i = 0; i < positional->items.size(); ++i)
+    converted.push_back(remote_argument(positional->items[i], fmt::format("args[{}]", i)));
+  params.emplace_back(std::move(converted));
+  // Robot's Remote sends the named arguments only when there are some: older servers take two params.
+  if (!named->items.empty()) {
+    xmlrpc::Struct converted_named;
+    for (const auto& [key, value] : named->items) {
+      const std::string name = rjg::pickle::py_str(key);
+      converted_named.emplace_back(name, remote_argument(value, fmt::format("kwargs['{}']", name)));
+    }
+    params.emplace_back(std::move(converted_named));
+  }
+
+  // The failures below are Remote's (XmlRpcRemoteClient.run_keyword, RemoteResult): its text first, then
+  // which server, and what to do.
   xmlrpc::Response answer;
   try {
     answer = server.call("run_keyword", params);
   } catch (const TransportError& e) {
-    throw unreachable(server, e);
+    if (e.kind == TransportError::Kind::not_xml_rpc)
+      throw sdk::KeywordError(
+          fmt::format("Processing XML-RPC return value failed. Most often this happens when the return value "
+                      "contains characters that are not valid in XML. Original error was: {} (the classic remote "
+                      "server at {})",
+                      e.what(), server.url()),
+          "RuntimeError");
+    if (e.kind == TransportError::Kind::http_status) throw unreachable(server, e);
+    throw sdk::KeywordError(fmt::format("Connection to remote server broken: {}. The classic remote server at {} "
+                                        "took the call; check that it still runs and that the URL (upstream) is "
+                                        "right.",
+                                        e.what(), server.url()),
+                            "RuntimeError");
   } catch (const LimitExceeded& e) {
     // The keyword ran; its answer cannot be taken. It fails, and the import goes on.
     throw sdk::KeywordError(e.what(), "RuntimeError");
   }
   // As Robot's Remote library: a fault fails the keyword with its text.
   if (answer.is_fault) throw sdk::KeywordError(answer.fault.message, "RuntimeError");
-  const auto* status = answer.value.member("status");
+  const auto* status = answer.value.is<xmlrpc::Struct>() ? answer.value.member("status") : nullptr;
   if (!status)
-    throw sdk::KeywordError(fmt::format("Invalid remote result dictionary from {}: no status", server.url()),
+    throw sdk::KeywordError(fmt::format("Invalid remote result dictionary: {} (the classic remote server at {} "
+                                        "answered run_keyword without a status)",
+                                        rjg::pickle::py_repr(classic::to_python(answer.value)), server.url()),
                             "RuntimeError");
   if (const auto* output = answer.value.member("output")) relay_output(call, text_of(*output));
   if (text_of(*status) != "PASS") {
@@ -366,20 +591,21 @@ json::value run_keyword(XmlRpcServer& server, sdk::Call& call) {
     const auto* traceback = answer.value.member("traceback");
     auto flag = [&](const char* name) {
       const auto* v = answer.value.member(name);
-      if (!v) return false;
-      if (const auto* b = std::get_if<bool>(&v->v)) return *b;
-      if (const auto* i = std::get_if<std::int64_t>(&v->v)) return *i != 0;
-      if (const auto* s = std::get_if<std::string>(&v->v)) return !s->empty();
-      return false;
+      return v && truthy(*v);
     };
     const auto mode = flag("fatal") ? sdk::ErrorMode::fatal
                       : flag("continuable") ? sdk::ErrorMode::continuable
                                             : sdk::ErrorMode::unset;
-    throw sdk::KeywordError(error ? text_of(*error) : std::string(), "AssertionError",
+    // RemoteError: what Remote raises, a name Robot leaves out of the message (the server put the
+    // exception's own name in it already).
+    throw sdk::KeywordError(error ? text_of(*error) : std::string(), "RemoteError",
                             traceback ? text_of(*traceback) : std::string(), mode);
   }
-  const auto* returned = answer.value.member("return");
-  call.return_raw(returned ? classic::to_json_argument(classic::to_python(*returned)) : "null");
+  // No return value is "" (Remote: result.get("return", "")); dicts are DotDicts.
+  rjg::pickle::PyValue returned{std::string()};
+  if (const auto* value = answer.value.member("return")) returned = classic::to_python(*value);
+  to_dot_dicts(returned);
+  call.return_raw(classic::to_json_argument(returned));
   return nullptr;
 }
 

@@ -108,6 +108,8 @@ class ConformanceLab:
             "mcp_server": toml_string(mcp_server or "/nonexistent/mcp-server-everything"),
             "reference_server": toml_string(f"tcp://127.0.0.1:{reference_port}"),
             "classic_server": toml_string(f"http://127.0.0.1:{classic_port}/"),
+            # The same server as one older than Robot 4 (no get_library_information; classic_server.py).
+            "classic_server_old": toml_string(f"http://127.0.0.1:{classic_port}/old"),
         }
         template = string.Template((SUITES / "gateway.toml").read_text())
         tcp_config = self._dir / "gateway.toml"

@@ -13,6 +13,7 @@ import inspect
 import socket
 import sys
 import traceback
+import xmlrpc.client
 from collections.abc import Mapping
 from xmlrpc.server import SimpleXMLRPCRequestHandler, SimpleXMLRPCServer
 
@@ -98,6 +99,16 @@ class ClassicLibrary:
         error = AssertionError(message)
         error.ROBOT_CONTINUE_ON_FAILURE = True
         raise error
+
+    def fail_fatal(self, message):
+        """Fails so that Robot stops the whole run (fatal)."""
+        error = AssertionError(message)
+        error.ROBOT_EXIT_ON_FAILURE = True
+        raise error
+
+    def fail_with_control_characters(self):
+        """Fails with a message XML cannot carry: the server sends it as binary."""
+        raise AssertionError("nul\x00bell\x07")
 
     def invalid_result(self):
         """The server answers it with a result that has no 'status' (RemoteServer.run_keyword)."""
@@ -205,27 +216,35 @@ class RemoteServer:
             result["return"] = to_xmlrpc(value)
         except Exception as error:
             name = type(error).__name__
-            result["error"] = str(error) if name in GENERIC_EXCEPTIONS else "%s: %s" % (name, error)
-            result["traceback"] = traceback.format_exc()
+            message = str(error) if name in GENERIC_EXCEPTIONS else "%s: %s" % (name, error)
+            result["error"] = to_binary_if_needed(message)
+            result["traceback"] = to_binary_if_needed(traceback.format_exc())
             result["continuable"] = bool(getattr(error, "ROBOT_CONTINUE_ON_FAILURE", False))
             result["fatal"] = bool(getattr(error, "ROBOT_EXIT_ON_FAILURE", False))
         finally:
             sys.stdout = stdout
-        result["output"] = "".join(captured)
+        result["output"] = to_binary_if_needed("".join(captured))
         return result
 
 
 class RequestHandler(SimpleXMLRPCRequestHandler):
+    """At the path /old the server is one older than Robot 4: get_library_information is not there (a
+    fault), so that clients ask keyword by keyword (get_keyword_names, get_keyword_arguments, ...)."""
+
     def do_POST(self):
         # A broken server: the keyword "drop_connection" closes the connection without an answer.
         # The body is read here and handed on, as xmlrpc.server's own do_POST would read it.
         length = int(self.headers.get("content-length", 0))
         body = self.rfile.read(length)
-        if b">drop_connection<" in body:
+        if b">run_keyword<" in body and b">drop_connection<" in body:
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        response = self.server._marshaled_dispatch(body, getattr(self, "_dispatch", None), self.path)
+        if self.path.rstrip("/") == "/old" and b">get_library_information<" in body:
+            response = xmlrpc.client.dumps(xmlrpc.client.Fault(1, 'method "get_library_information" is not '
+                                                                  'supported'), methodresponse=True).encode()
+        else:
+            response = self.server._marshaled_dispatch(body, getattr(self, "_dispatch", None), self.path)
         self.send_response(200)
         self.send_header("Content-type", "text/xml")
         self.send_header("Content-length", str(len(response)))
