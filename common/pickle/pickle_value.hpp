@@ -158,6 +158,14 @@ struct PyValue {
   bool operator==(const PyValue&) const = default;  // structural; a NaN float is unequal to itself
 };
 
+// For std::visit over PyValue::v (and other variants): Overloaded{[](const PyList&) {...}, ...}.
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;  // clang 14 (the fuzz build) does not deduce it for aggregates
+
 inline bool operator==(const PyDict& a, const PyDict& b) { return a.kind == b.kind && a.items == b.items; }
 
 // Decodes a raw pickle: the data-only check first (same limits), then the value. Errors say what and

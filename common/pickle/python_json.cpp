@@ -20,13 +20,6 @@ namespace rjg::pickle {
 namespace json = boost::json;
 
 namespace {
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;  // clang 14 (the fuzz build) does not deduce it for aggregates
-
 constexpr std::string_view kPickledKey = "__pickled__";
 
 bool scalar(const PyValue& value) {

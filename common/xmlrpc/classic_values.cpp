@@ -17,12 +17,7 @@ namespace json = boost::json;
 using pickle::PyValue;
 
 namespace {
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;  // clang 14 (the fuzz build) does not deduce it for aggregates
+using pickle::Overloaded;
 
 // "20240102T03:04:05", exactly as xmlrpc.client writes it and reads it (strptime "%Y%m%dT%H:%M:%S"), and a
 // date that exists; anything else stays the text.

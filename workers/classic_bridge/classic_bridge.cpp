@@ -385,12 +385,7 @@ void relay_output(sdk::Call& call, std::string_view output) {
 
 // ---- Arguments, as Robot's Remote library sends them (ArgumentCoercer in robot/libraries/Remote.py) ----
 
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;
+using rjg::pickle::Overloaded;
 
 // Remote's ArgumentCoercer.binary: the control characters XML cannot carry (tab, LF and CR it can).
 bool holds_binary(std::string_view text) {
