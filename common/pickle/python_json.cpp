@@ -1,5 +1,6 @@
 #include "common/pickle/python_json.hpp"
 
+#include "common/log.hpp"
 #include "common/protocol/json_text.hpp"
 
 #include <boost/json/parse.hpp>
@@ -8,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -242,14 +244,52 @@ bool in_python_dialect(const json::value& value) {
   return false;
 }
 
+namespace {
+// How deep a JSON value nests (a scalar 0, [] 1, [[1]] 2), without recursion.
+std::size_t nesting(const json::value& value) {
+  std::size_t deepest = 0;
+  std::vector<std::pair<const json::value*, std::size_t>> todo{{&value, 0}};
+  while (!todo.empty()) {
+    auto [v, depth] = todo.back();
+    todo.pop_back();
+    if (const auto* a = v->if_array()) {
+      deepest = std::max(deepest, depth + 1);
+      for (const auto& e : *a) todo.emplace_back(&e, depth + 1);
+    } else if (const auto* o = v->if_object()) {
+      deepest = std::max(deepest, depth + 1);
+      for (const auto& m : *o) todo.emplace_back(&m.value(), depth + 1);
+    }
+  }
+  return deepest;
+}
+}  // namespace
+
 json::value python_dialect(const json::value& value, std::string_view path) {
   if (in_python_dialect(value)) return value;
+  // A value built in code (a keyword's result, a default) is valid JSON: what can fail is its depth,
+  // bounded by what a pickle for a Python peer may hold (the data-only check's max_depth).
+  const std::size_t max_depth = PickleLimits{}.max_depth;
+  if (const std::size_t depth = nesting(value); depth > max_depth)
+    throw ValueError(fmt::format("{}: nested {} levels deep, deeper than the {} levels a value for a Python peer "
+                                 "may hold; return a flatter value",
+                                 path, depth, max_depth));
   try {
-    return json::parse(python_dialect(json::serialize(value), path));
+    return json::parse(dialect_text(from_json(json::serialize(value), path, max_depth)));
   } catch (const ValueError&) {
     throw;
   } catch (const std::exception& e) {
     throw ValueError(fmt::format("{}: {}", path, e.what()));
+  }
+}
+
+std::optional<json::value> definition_default(const json::value& value, std::string_view argument) {
+  try {
+    return python_dialect(value, fmt::format("{}'s default", argument));
+  } catch (const ValueError& e) {
+    log::warn("the default of argument '{}' is left out of its keyword's definition (the argument stays optional): "
+              "it cannot be sent to Python clients: {}",
+              argument, e.what());
+    return std::nullopt;
   }
 }
 

@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -73,6 +74,12 @@ boost::json::value python_dialect(const boost::json::value& value, std::string_v
 // The same for a JSON text (NaN, Infinity and big integers keep their meaning): from_json, then
 // dialect_text.
 std::string python_dialect(std::string_view json_text, std::string_view path);
+
+// A keyword argument's default for a library definition, in the dialect (python_dialect). A default
+// that cannot be (a malformed pickle inside it, a tool schema's default nested too deep) is left out,
+// with a warning in the log that names the argument and why: the argument stays optional (has_default),
+// and the client shows no default. One odd default must not fail a whole import.
+std::optional<boost::json::value> definition_default(const boost::json::value& value, std::string_view argument);
 
 // A Python value as plain JSON, for peers that read JSON only (the MCP and Ansible adapter workers, the
 // SDK's accessors), the way Python's json.dumps writes it: None null; list, tuple, set and frozenset

@@ -94,4 +94,32 @@ TEST(PythonDialect, JsonTextsKeepNanAndBigIntegers) {
   EXPECT_EQ(pickle::python_dialect(std::string_view(R"({"a": 1})"), "result"), R"({"a":1})");
 }
 
+// A value built in code that nests deeper than a pickle for Python may hold is refused saying so (not
+// as "not valid JSON"); up to that depth it is pickled.
+TEST(PythonDialect, DeepValuesBuiltInCodeAreRefusedNamingTheDepth) {
+  auto nested = [](std::size_t depth) {
+    json::value v = 1;
+    for (std::size_t i = 0; i < depth; ++i) v = json::array{std::move(v)};
+    return v;
+  };
+  EXPECT_TRUE(is_pickled(json::serialize(pickle::python_dialect(nested(100), "result"))));
+  try {
+    pickle::python_dialect(nested(200), "result");
+    ADD_FAILURE() << "no ValueError";
+  } catch (const pickle::ValueError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "result: nested 200 levels deep, deeper than the 128 levels a value for a Python peer may hold; "
+              "return a flatter value");
+  }
+}
+
+// One odd default (a tool schema's, say) is left out of a definition; it does not fail the import.
+TEST(PythonDialect, ADefaultThatCannotBeSentIsLeftOut) {
+  EXPECT_EQ(pickle::definition_default(json::parse("[1, 2]"), "xs"), json::parse("[1, 2]"));
+  const auto nested = pickle::definition_default(json::parse(R"([{"a": 1}])"), "rows");
+  ASSERT_TRUE(nested);
+  EXPECT_TRUE(is_pickled(json::serialize(*nested)));
+  EXPECT_FALSE(pickle::definition_default(json::parse(R"([{"__pickled__": "00"}])"), "bad"));
+}
+
 }  // namespace

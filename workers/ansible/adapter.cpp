@@ -276,7 +276,8 @@ json::object named_only(std::string_view name, std::string_view type, const json
   json::object arg{{"name", name}, {"type", type}, {"kind", "NAMED_ONLY"}, {"required", true},
                    {"has_default", default_value != nullptr}};
   // A Python client reads a default as a value: a nested one (a list of dicts) pickled.
-  if (default_value) arg["default"] = pickle::python_dialect(*default_value, fmt::format("{}'s default", name));
+  if (default_value)
+    if (auto d = pickle::definition_default(*default_value, name)) arg["default"] = std::move(*d);
   return arg;
 }
 

@@ -45,7 +45,8 @@ json::object argument_definition(std::string_view name, std::string_view type, s
   json::object arg{{"name", name}, {"has_default", default_value != nullptr}, {"required", true}, {"kind", kind}};
   if (!type.empty()) arg["type"] = type;
   // A Python client reads a default as a value: a nested one (an object schema's default) pickled.
-  if (default_value) arg["default"] = pickle::python_dialect(*default_value, fmt::format("{}'s default", name));
+  if (default_value)
+    if (auto d = pickle::definition_default(*default_value, name)) arg["default"] = std::move(*d);
   if (!doc.empty()) arg["doc"] = doc;
   return arg;
 }

@@ -45,7 +45,8 @@ json::object argument_definition(const Arg& a) {
   o["has_default"] = a.default_value.has_value();
   // A Python client reads the default as it reads a value (a nested one pickled); the body still
   // gets the default as declared.
-  if (a.default_value) o["default"] = pickle::python_dialect(*a.default_value, fmt::format("{}'s default", a.name));
+  if (a.default_value)
+    if (auto d = pickle::definition_default(*a.default_value, a.name)) o["default"] = std::move(*d);
   o["required"] = true;  // reserved by the protocol, always true
   o["kind"] = to_string(a.kind);
   if (!a.doc.empty()) o["doc"] = a.doc;
