@@ -175,7 +175,9 @@ bool has_entry(Kind k) { return is_container(k) || is_object(k); }
 //   pathlib.PosixPath, PurePosixPath: REDUCE cls(*parts) with str parts (3.8-3.12: self.parts, 3.13:
 //     the raw segments, under the module name pathlib._local, which 3.14 keeps as an alias). The
 //     constructor only parses the text (os.fspath of a str is the str); nothing touches the file
-//     system. Path itself never appears (it makes PosixPath); Windows paths are not admitted.
+//     system. Path itself never appears (it makes PosixPath); Windows paths are not admitted. As a
+//     dict key or set element, a path makes the peer run pathlib's own __hash__ and __eq__, which
+//     compare the parsed parts: data work on the path's text, nothing beyond it.
 //   xml.etree.ElementTree.Element: NEWOBJ with () (element_new: tag, text, tail None, no children),
 //     then BUILD with the dict its C __getstate__ writes: the C __setstate__ only stores tag, attrib,
 //     text, tail and the children (which it checks are Elements); the pure-Python class (no

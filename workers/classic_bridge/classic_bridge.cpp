@@ -60,7 +60,7 @@ using namespace std::chrono_literals;
 // error (http_status), not XML-RPC (not_xml_rpc). Robot's Remote library words a keyword's failure after
 // the kind (RemoteClient.run_keyword).
 struct TransportError : std::runtime_error {
-  enum class Kind { connection, http_status, not_xml_rpc };
+  enum class Kind { not_connected, connection, http_status, not_xml_rpc };
   TransportError(Kind kind, const std::string& what) : std::runtime_error(what), kind(kind) {}
   Kind kind;
 };
@@ -86,17 +86,17 @@ class XmlRpcServer {
     asio::ip::tcp::resolver resolver(io);
     const auto endpoints = resolver.resolve(address_.host, std::to_string(address_.port), ec);
     if (ec)
-      throw TransportError(TransportError::Kind::connection,
+      throw TransportError(TransportError::Kind::not_connected,
                            fmt::format("cannot resolve '{}': {}", address_.host, ec.message()));
     beast::tcp_stream stream(io);
     stream.expires_after(connect_timeout_);
     stream.async_connect(endpoints, [&](boost::system::error_code e, const auto&) { ec = e; });
     io.run();
     if (ec == beast::error::timeout)
-      throw TransportError(TransportError::Kind::connection,
+      throw TransportError(TransportError::Kind::not_connected,
                            fmt::format("no connection within {}s (connect_timeout)",
                                        std::chrono::duration<double>(connect_timeout_).count()));
-    if (ec) throw TransportError(TransportError::Kind::connection, fmt::format("cannot connect: {}", ec.message()));
+    if (ec) throw TransportError(TransportError::Kind::not_connected, fmt::format("cannot connect: {}", ec.message()));
     stream.expires_never();  // a keyword runs as long as it runs: the gateway's keyword_timeout bounds it
 
     http::request<http::string_body> request{http::verb::post, address_.path.empty() ? "/RPC2" : address_.path, 11};
@@ -480,8 +480,12 @@ xmlrpc::Value remote_argument(const rjg::pickle::PyValue& value, const std::stri
           [&](const py::PyElement& e) -> xmlrpc::Value {
             // Remote sends str() of it, which holds the object's address: only the Python process that
             // holds the element can write that text.
-            refuse("ValueError", fmt::format("{} has no XML-RPC form but its str()", py::py_repr(py::PyValue{e})), path,
-                   "pass its text instead (XML's Element To String)");
+            throw sdk::KeywordError(
+                fmt::format("{} ({}) cannot be sent to a classic remote server: Robot's Remote library would send "
+                            "its str(), which holds its address in the Python process that has it. Pass its text "
+                            "instead (XML's Element To String).",
+                            py::py_repr(py::PyValue{e}), path),
+                "ValueError");
           },
           [&](const auto& other) { return remote_text(py::py_str(py::PyValue{other}), path); },
       },
@@ -563,11 +567,17 @@ json::value run_keyword(XmlRpcServer& server, sdk::Call& call) {
                       e.what(), server.url()),
           "RuntimeError");
     if (e.kind == TransportError::Kind::http_status) throw unreachable(server, e);
-    throw sdk::KeywordError(fmt::format("Connection to remote server broken: {}. The classic remote server at {} "
-                                        "took the call; check that it still runs and that the URL (upstream) is "
-                                        "right.",
-                                        e.what(), server.url()),
-                            "RuntimeError");
+    // Remote's words for every socket error; what happened to the call differs, and so does the advice.
+    throw sdk::KeywordError(
+        fmt::format("Connection to remote server broken: {}. {}", e.what(),
+                    e.kind == TransportError::Kind::not_connected
+                        ? fmt::format("The keyword did not reach the classic remote server at {}: check that it "
+                                      "runs and that the library's upstream URL is right.",
+                                      server.url())
+                        : fmt::format("The classic remote server at {} took the call, so the keyword may have run "
+                                      "in part; check that the server still runs.",
+                                      server.url())),
+        "RuntimeError");
   } catch (const LimitExceeded& e) {
     // The keyword ran; its answer cannot be taken. It fails, and the import goes on.
     throw sdk::KeywordError(e.what(), "RuntimeError");
