@@ -210,7 +210,7 @@ LibraryInfo fetch_information(XmlRpcServer& server) {
         continue;
       }
       // __init__ and any other __name__ describe the library, not a keyword (Remote.get_keyword_names).
-      if (name.size() >= 4 && name.starts_with("__") && name.ends_with("__")) continue;
+      if (name.starts_with("__") && name.ends_with("__")) continue;  // "__" and "___" too, as in Remote
       KeywordInfo kw;
       kw.name = name;
       if (fields.is<xmlrpc::Struct>())
@@ -562,7 +562,7 @@ json::value run_keyword(XmlRpcServer& server, sdk::Call& call) {
     if (e.kind == TransportError::Kind::not_xml_rpc)
       throw sdk::KeywordError(
           fmt::format("Processing XML-RPC return value failed. Most often this happens when the return value "
-                      "contains characters that are not valid in XML. Original error was: {} (the classic remote "
+                      "contains characters that are not valid in XML. Original error was: ExpatError: {} (the classic remote "
                       "server at {})",
                       e.what(), server.url()),
           "RuntimeError");
@@ -591,7 +591,9 @@ json::value run_keyword(XmlRpcServer& server, sdk::Call& call) {
                                         rjg::pickle::py_repr(classic::to_python(answer.value)), server.url()),
                             "RuntimeError");
   if (const auto* output = answer.value.member("output")) relay_output(call, text_of(*output));
-  if (text_of(*status) != "PASS") {
+  // Remote compares with the str "PASS": a status sent as base64 (bytes in Python) is not one.
+  const auto* status_text = std::get_if<std::string>(&status->v);
+  if (!status_text || *status_text != "PASS") {
     const auto* error = answer.value.member("error");
     const auto* traceback = answer.value.member("traceback");
     auto flag = [&](const char* name) {
