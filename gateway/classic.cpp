@@ -640,12 +640,17 @@ const json::object* keyword_of(const json::value& definition, std::string_view n
 // The classic argument spec: "a", "b=default", "*varargs", "**kwargs", and the markers "*" and "/". A
 // named-only argument comes after "*" or "*varargs" (a definition without the marker gets one): without it
 // Robot would read it as positional, and refuse a keyword-only argument without a default after one with.
+// Likewise positional-only arguments end with "/", or Robot would bind name=value to them.
 xmlrpc::Value argument_spec(const json::object& keyword) {
   xmlrpc::Array spec;
   bool named_only = false;
+  bool positional_only = false;  // the argument before was POSITIONAL_ONLY
   each_object(&keyword, "args", [&](const json::object& arg) {
     const auto name = string_member(arg, "name");
     const auto kind = string_member(arg, "kind");
+    // Positional-only arguments end at "/": a definition that lists them without the marker gets one.
+    if (positional_only && kind != "POSITIONAL_ONLY" && kind != "POSITIONAL_ONLY_MARKER") spec.emplace_back("/");
+    positional_only = kind == "POSITIONAL_ONLY";
     if (kind == "NAMED_ONLY" && !named_only) spec.emplace_back("*");
     if (kind == "NAMED_ONLY_MARKER" || kind == "VAR_POSITIONAL" || kind == "NAMED_ONLY") named_only = true;
     if (kind == "POSITIONAL_ONLY_MARKER") spec.emplace_back("/");
@@ -669,6 +674,7 @@ xmlrpc::Value argument_spec(const json::object& keyword) {
     }
     return true;
   });
+  if (positional_only) spec.emplace_back("/");
   return spec;
 }
 

@@ -339,6 +339,36 @@ TEST(Library, DefinitionShape) {
   EXPECT_EQ(args.at(2).at("kind"), json::value("VAR_NAMED"));
 }
 
+// The markers Python's signature has, where a definition leaves them out (the stock client reads only
+// them): "*" before named-only arguments no *varargs precedes, "/" after positional-only ones.
+TEST(LibraryDefinition, MarkersAreAddedWhereTheSignatureHasThem) {
+  auto kinds = [](std::string_view args_json) {
+    json::object definition{{"keywords", json::array{json::object{{"name", "K"}, {"args", json::parse(args_json)}}}}};
+    rjg::sdk::add_argument_markers(definition);
+    std::string out;
+    for (const auto& arg : definition.at("keywords").at(0).at("args").as_array()) {
+      const auto& o = arg.as_object();
+      out += std::string(o.at("kind").as_string()) + ":" + std::string(o.at("name").as_string()) + " ";
+    }
+    return out;
+  };
+  EXPECT_EQ(kinds(R"([{"name":"a","kind":"POSITIONAL_OR_NAMED"},{"name":"b","kind":"NAMED_ONLY"},{"name":"c","kind":"NAMED_ONLY"}])"),
+            "POSITIONAL_OR_NAMED:a NAMED_ONLY_MARKER: NAMED_ONLY:b NAMED_ONLY:c ");
+  EXPECT_EQ(kinds(R"([{"name":"v","kind":"VAR_POSITIONAL"},{"name":"n","kind":"NAMED_ONLY"}])"),
+            "VAR_POSITIONAL:v NAMED_ONLY:n ");
+  EXPECT_EQ(kinds(R"([{"name":"name","kind":"POSITIONAL_ONLY"},{"name":"arguments","kind":"VAR_NAMED"}])"),
+            "POSITIONAL_ONLY:name POSITIONAL_ONLY_MARKER: VAR_NAMED:arguments ");
+  EXPECT_EQ(kinds(R"([{"name":"a","kind":"POSITIONAL_ONLY"}])"), "POSITIONAL_ONLY:a POSITIONAL_ONLY_MARKER: ");
+  // Markers already there are kept, not doubled.
+  EXPECT_EQ(kinds(R"([{"name":"a","kind":"POSITIONAL_ONLY"},{"name":"","kind":"POSITIONAL_ONLY_MARKER"},)"
+                  R"({"name":"","kind":"NAMED_ONLY_MARKER"},{"name":"b","kind":"NAMED_ONLY"}])"),
+            "POSITIONAL_ONLY:a POSITIONAL_ONLY_MARKER: NAMED_ONLY_MARKER: NAMED_ONLY:b ");
+  // Args of another shape are left alone.
+  json::object odd{{"keywords", json::array{json::object{{"name", "K"}, {"args", "not a list"}}, 7}}};
+  rjg::sdk::add_argument_markers(odd);
+  EXPECT_EQ(odd.at("keywords").at(0).at("args"), "not a list");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Typed access from a keyword body
 

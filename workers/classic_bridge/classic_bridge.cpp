@@ -267,11 +267,6 @@ json::array argument_definitions(const KeywordInfo& kw) {
       return type_text(kw.types.as<xmlrpc::Array>()[position]);
     return std::nullopt;
   };
-  // The markers stay in the definition: the stock client rebuilds Robot's spec from them (a named-only
-  // argument with a default before one without is valid only after "*"), as the reference server sends them.
-  auto marker = [&](std::string_view name, std::string_view kind) {
-    out.push_back(json::object{{"name", name}, {"kind", kind}, {"required", false}, {"has_default", false}});
-  };
   for (const auto& item : kw.args) {
     std::string spec;
     std::optional<json::value> default_value;
@@ -283,13 +278,12 @@ json::array argument_definitions(const KeywordInfo& kw) {
       spec = text_of(item);
     }
     if (spec == "/") {
+      // The markers themselves the SDK's session adds to the definition (sdk::add_argument_markers).
       for (auto& arg : out) arg.as_object()["kind"] = "POSITIONAL_ONLY";
-      marker("/", "POSITIONAL_ONLY_MARKER");
       continue;
     }
     if (spec == "*") {
       named_only = true;
-      marker("*", "NAMED_ONLY_MARKER");
       continue;
     }
     json::object arg{{"required", true}};

@@ -120,6 +120,38 @@ std::string normalize_name(std::string_view name) {
   return out;
 }
 
+void add_argument_markers(json::object& definition) {
+  auto* keywords = definition.if_contains("keywords");
+  if (!keywords || !keywords->is_array()) return;
+  for (auto& keyword : keywords->get_array()) {
+    auto* args = keyword.is_object() ? keyword.get_object().if_contains("args") : nullptr;
+    if (!args || !args->is_array()) continue;
+    auto kind_of = [](const json::value& arg) -> std::string_view {
+      const auto* o = arg.if_object();
+      const auto* kind = o ? o->if_contains("kind") : nullptr;
+      return kind && kind->is_string() ? std::string_view(kind->get_string()) : std::string_view();
+    };
+    auto marker = [](std::string_view kind) {
+      // As the reference server sends a marker (Robot's ArgInfo of it has no name).
+      return json::object{{"name", ""}, {"kind", kind}, {"required", true}, {"has_default", false}};
+    };
+    json::array with;
+    bool star = false;             // "*", "*varargs" or a named-only marker seen
+    bool positional_only = false;  // the argument before was POSITIONAL_ONLY
+    for (auto& arg : args->get_array()) {
+      const auto kind = kind_of(arg);
+      if (positional_only && kind != "POSITIONAL_ONLY" && kind != "POSITIONAL_ONLY_MARKER")
+        with.push_back(marker("POSITIONAL_ONLY_MARKER"));
+      positional_only = kind == "POSITIONAL_ONLY";
+      if (kind == "NAMED_ONLY" && !star) with.push_back(marker("NAMED_ONLY_MARKER"));
+      if (kind == "NAMED_ONLY" || kind == "NAMED_ONLY_MARKER" || kind == "VAR_POSITIONAL") star = true;
+      with.push_back(std::move(arg));
+    }
+    if (positional_only) with.push_back(marker("POSITIONAL_ONLY_MARKER"));
+    *args = std::move(with);
+  }
+}
+
 const Keyword* Library::find(std::string_view name) const {
   return find_by_name(keywords_, name, [](const Keyword& k) -> std::string_view { return k.name; });
 }

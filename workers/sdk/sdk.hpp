@@ -344,6 +344,15 @@ class Library {
   std::string server_name_;
 };
 
+// Adds the markers Python's signature has to every keyword's args of a LibraryDefinition, where a
+// definition left them out: NAMED_ONLY_MARKER ("*") before the first NAMED_ONLY argument that no
+// VAR_POSITIONAL precedes, POSITIONAL_ONLY_MARKER ("/") after the last POSITIONAL_ONLY one. The stock
+// client builds Robot's argument spec from the markers alone (the reference server sends them), so
+// without them it takes named-only arguments for positional ones (and Robot refuses a required one
+// after an optional one) and binds name=value to a positional-only argument. The session applies it
+// to every import's definition, the adapters' too; args of another shape are left as they are.
+void add_argument_markers(json::object& definition);
+
 // ---------------------------------------------------------------------------------------------
 // Keyword names as Robot Framework matches them
 

@@ -209,6 +209,8 @@ void Session::on_import_library(const Message& m, params::ImportLibrary p) {
   result["token"] = token;
   result["definition"] = library_.definition();
   for (auto& member : extra_result) result[member.key()] = std::move(member.value());
+  if (auto* definition = result.if_contains("definition"); definition && definition->is_object())
+    add_argument_markers(definition->get_object());
   reply(m, result);
 }
 
