@@ -31,6 +31,8 @@ test_packages=(
   python3                                  # the classic Remote tests: Python's own xmlrpc.client and xmlrpc.server,
                                            # and the pickle codec's check against CPython (nothing is installed into it)
   python3-yaml                             # tests/monitoring reads the alerting rules' expressions
+  chromium                                 # the status page in a real browser (tests/browser): the DOM it renders,
+                                           # its console and its requests, which only a browser can tell
 )
 if [[ ${1:-} == --build ]]; then
   shift

@@ -12,7 +12,8 @@
 #   PREFIX/lib/sysusers.d      robot-jsonrpc-gateway.conf: the user robot-gateway
 #   PREFIX/lib/tmpfiles.d      robot-jsonrpc-gateway.conf: /run/robot-jsonrpc-gateway, /var/lib/...
 #   PREFIX/share/doc/robot-jsonrpc-gateway
-#                              README.md; in the package also copyright and changelog.gz
+#                              README.md, doc/status-page.png (the README shows it); in the package
+#                              also copyright and changelog.gz
 #   PREFIX/share/man/man1, man8
 #                              the programs' man pages (doc/man), gzipped
 #   PREFIX/share/robot-jsonrpc-gateway/prometheus/robot-jsonrpc-gateway.rules.yml
@@ -38,6 +39,8 @@ file(MAKE_DIRECTORY "${_rjg_pkg}/control" "${_rjg_pkg}/doc")
 # --- Files installed by every install (package and source) -------------------------------------------
 
 install(FILES "${PROJECT_SOURCE_DIR}/README.md" DESTINATION share/doc/robot-jsonrpc-gateway COMPONENT doc)
+# Where the README's relative link to it points.
+install(FILES "${PROJECT_SOURCE_DIR}/doc/status-page.png" DESTINATION share/doc/robot-jsonrpc-gateway/doc COMPONENT doc)
 # Data for other programs, not documentation: a Prometheus server reads the rules, Grafana the dashboard.
 install(FILES "${_rjg_deploy}/prometheus/robot-jsonrpc-gateway.rules.yml"
         DESTINATION share/robot-jsonrpc-gateway/prometheus COMPONENT monitoring)

@@ -1,6 +1,9 @@
-// The admin endpoint's pages: Prometheus metrics, liveness, readiness and a JSON status page. They run
-// on loop 0, where the session table and the pools live, and read the counters (atomics) every loop bumps.
+// The admin endpoint's pages: Prometheus metrics, liveness, readiness, a JSON status and the status page
+// (its HTML in status_page.cpp, from the same snapshot). They run on loop 0, where the session table and
+// the pools live, and read the counters (atomics) every loop bumps.
 #include "gateway/server.hpp"
+
+#include "gateway/status_page.hpp"
 
 #include "common/log.hpp"
 #include "gateway/systemd.hpp"
@@ -14,6 +17,8 @@
 #include <fstream>
 #include <map>
 
+#include <unistd.h>
+
 namespace rjg::gateway {
 using namespace std::chrono_literals;
 
@@ -26,8 +31,11 @@ constexpr auto kStuckAfter = 5s;
 // One metric family: HELP and TYPE once, then its samples.
 class Family {
  public:
-  Family(std::string& out, std::string_view name, std::string_view type, std::string_view help) : out_(out) {
-    name_ = fmt::format("{}{}", kPrefix, name);
+  // prefixed: false for the names every Prometheus client library gives a process (process_...), which
+  // dashboards and rules written for any exporter use.
+  Family(std::string& out, std::string_view name, std::string_view type, std::string_view help, bool prefixed = true)
+      : out_(out) {
+    name_ = fmt::format("{}{}", prefixed ? kPrefix : "", name);
     out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name_, help, name_, type);
   }
   void sample(std::string_view labels, double value) {
@@ -101,7 +109,10 @@ std::optional<HttpResponse> Server::admin_page(std::string_view path) const {
     if (!ready_) return HttpResponse{503, "text/plain; charset=utf-8", "starting\n"};
     return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
   }
-  if (path == "/status") return HttpResponse{200, "application/json", status_json()};
+  if (path == "/status") return HttpResponse{200, "application/json", json::serialize(status_snapshot()) + "\n"};
+  if (path == "/") return status_page_response(status_snapshot());
+  if (path == kStatusPageStylesheet) return status_page_stylesheet();
+  if (path == kStatusPageIcon) return status_page_icon();
   return std::nullopt;
 }
 
@@ -117,6 +128,8 @@ std::string Server::metrics_text() const {
   Family(out, "ready", "gauge", "1 while the gateway takes new sessions (as /readyz), 0 before and while draining.")
       .sample("", ready_ && !context_.draining ? 1 : 0);
   Family(out, "sessions_open", "gauge", "Client sessions connected now.").sample("", static_cast<double>(sessions_.size()));
+  Family(out, "max_sessions", "gauge", "Client sessions the gateway takes at once ([gateway] max_sessions); 0: no cap.")
+      .sample("", static_cast<double>(context_.config()->gateway.max_sessions));
   Family(out, "sessions_total", "counter", "Client sessions accepted since start.").sample("", count(m.sessions_total));
   {
     Family f(out, "connections_refused_total", "counter", "Client connections refused, by the limit that refused them.");
@@ -139,6 +152,12 @@ std::string Server::metrics_text() const {
   Family(out, "last_reload_success_timestamp_seconds", "gauge",
          "When a reload last applied, in seconds since the Unix epoch; 0: none since start.")
       .sample("", m.last_reload_seconds.load());
+  // As Prometheus' own prometheus_config_last_reload_successful: an alert on == 0 needs no arithmetic.
+  Family(out, "last_reload_successful", "gauge",
+         "1 unless the last reload failed (the gateway then serves the previous configuration); 1 before any.")
+      .sample("", reload_problem_.empty() ? 1 : 0);
+  Family(out, "process_resident_memory_bytes", "gauge", "The gateway process's resident memory, in bytes.", false)
+      .sample("", static_cast<double>(rss_of(::getpid())));
 
   // Per library: every name configured now, and every one counted since start (a reload may remove one).
   const auto pools = context_.pools.view();
@@ -199,6 +218,19 @@ std::string Server::metrics_text() const {
     }
   }
   {
+    Family f(out, "worker_resident_bytes", "gauge",
+             "Resident memory of a library's live worker processes together, in bytes, by library (connections to "
+             "an upstream count 0).");
+    for (const auto& [name, lib] : libraries) {
+      std::uint64_t bytes = 0;
+      for (const auto& pool : pools)
+        if (pool.library == name)
+          for (const auto& w : pool.workers)
+            if (w.upstream.empty()) bytes += rss_of(w.pid);
+      f.sample(library_label(name), static_cast<double>(bytes));
+    }
+  }
+  {
     Family f(out, "worker_starts_total", "counter",
              "Workers started, by library and kind: cold (for an import) or prewarmed (ahead of imports).");
     for (const auto& [name, lib] : libraries)
@@ -240,52 +272,96 @@ std::string Server::metrics_text() const {
   return out;
 }
 
-std::string Server::status_json() const {
+json::object Server::status_snapshot() const {
   const auto now = std::chrono::steady_clock::now();
+  const auto config = context_.config();
   json::array sessions;
   for (const auto& [number, live] : sessions_) {
-    sessions.push_back(json::object{
+    json::object session{
         {"id", number},
         {"peer", live.peer},
         {"age_seconds", std::chrono::duration<double>(now - live.since).count()},
         {"imports", live.imports ? live.imports->load(std::memory_order_relaxed) : 0},
-    });
+    };
+    if (live.activity) {
+      const auto activity = live.activity->snapshot();
+      json::array libraries, keywords;
+      for (const auto& [name, held] : activity.libraries) libraries.push_back(json::string(name));
+      for (const auto& running : activity.keywords)
+        keywords.push_back(json::object{{"library", running.library},
+                                        {"keyword", running.keyword},
+                                        {"seconds", std::chrono::duration<double>(now - running.since).count()}});
+      session["libraries"] = std::move(libraries);
+      session["keywords_running"] = std::move(keywords);
+    }
+    sessions.push_back(std::move(session));
   }
   json::array libraries;
   for (const auto& pool : context_.pools.view()) {
     json::array workers;
+    std::uint64_t rss_total = 0;
     for (const auto& w : pool.workers) {
+      const auto rss = w.upstream.empty() ? rss_of(w.pid) : 0;
+      rss_total += rss;
       json::object worker{{"pid", w.pid},
                           {"state", w.state},
                           {"age_seconds", w.age_seconds},
                           {"keywords", w.keywords},
                           {"imports", w.imports},
                           {"prewarmed", w.prewarmed_unused},
-                          {"rss_bytes", w.upstream.empty() ? rss_of(w.pid) : 0}};
+                          {"rss_bytes", rss}};
       if (!w.upstream.empty()) worker["upstream"] = w.upstream;
       if (!w.serves.empty()) worker["serves"] = w.serves;
       workers.push_back(std::move(worker));
     }
-    libraries.push_back(json::object{{"name", pool.library},
-                                     {"retired", pool.retired},
-                                     {"backing_off", pool.backing_off},
-                                     {"imports_waiting", pool.waiting},
-                                     {"workers_starting", pool.starting},
-                                     {"workers", std::move(workers)}});
+    json::object library{{"name", pool.library},
+                         {"retired", pool.retired},
+                         {"backing_off", pool.backing_off},
+                         {"failures_in_a_row", pool.failures},
+                         {"imports_waiting", pool.waiting},
+                         {"workers_starting", pool.starting},
+                         {"rss_bytes", rss_total},
+                         {"workers", std::move(workers)}};
+    if (!pool.last_crash.empty())
+      library["last_crash"] = json::object{{"what", pool.last_crash}, {"seconds_ago", pool.last_crash_seconds_ago}};
+    // The settings of the configuration now (a retired pool's may differ: it shows none).
+    if (!pool.retired)
+      for (const auto& lib : config->libraries) {
+        if (lib.name != pool.library) continue;
+        library["isolation"] = lib.isolation == config::Isolation::shared ? "shared" : "session";
+        library["prewarm"] = lib.prewarm;
+        library["max_workers"] = lib.max_workers;
+        if (!lib.upstream.empty() || !lib.classic_upstream.empty())
+          library["upstream"] = lib.upstream.empty() ? lib.classic_upstream : lib.upstream;
+        break;
+      }
+    libraries.push_back(std::move(library));
   }
+  const auto& m = context_.metrics;
+  const auto applied = m.reloads_ok.load(std::memory_order_relaxed);
+  const auto failed = m.reloads_failed.load(std::memory_order_relaxed);
+  json::object reload{{"applied", applied}, {"failed", failed}};
+  reload["last"] = !reload_problem_.empty() ? "failed" : applied > 0 ? "applied" : "none";
+  if (!reload_problem_.empty()) reload["problem"] = reload_problem_;
+  if (applied > 0) reload["applied_at_seconds"] = m.last_reload_seconds.load();
   json::object status{
       {"version", context_.version},
-      {"config", context_.config()->path},
+      {"config", config->path},
+      // 1 as started, one more for each reload that applied.
+      {"config_generation", 1 + applied},
+      {"reload", std::move(reload)},
       {"ready", ready_ && !context_.draining},
       {"draining", context_.draining.load()},
       {"uptime_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - started_steady_).count()},
       {"status", status_text()},
       {"requests_in_flight", context_.requests_in_flight.load()},
+      {"max_sessions", config->gateway.max_sessions},
+      {"max_workers", config->gateway.max_workers},
       {"sessions", std::move(sessions)},
       {"libraries", std::move(libraries)},
   };
   if (classic_) status["classic"] = classic_->status();
-  return json::serialize(status) + "\n";
+  return status;
 }
 
 void Server::listen_admin(PassedSockets& passed) {

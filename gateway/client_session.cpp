@@ -113,6 +113,9 @@ ClientSession::ClientSession(GatewayContext& context, std::shared_ptr<const conf
       name_(std::move(name)),
       background_done_(std::move(executor)) {
   background_done_.set();
+  // The connection's, which the server reads for /status; a connection already gone gets one nobody reads.
+  if (auto c = connection_.lock()) activity_ = c->activity;
+  else activity_ = std::make_shared<SessionActivity>();
 }
 
 ClientSession::~ClientSession() { log::debug("{}: released", name_); }
@@ -503,6 +506,7 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
   log::info("{}: imported library {} in worker {}{}", name_, library.label(), lease->where(),
             imported_ahead ? " (warm, imported ahead of time)" : lease->prewarmed() ? " (warm)" : "");
   auto answer_text = to_client(*answer, *worker_token, reply.id_text(), import.token);
+  activity_->library_imported(import.library);
   tokens_.add(std::move(import));
   count_imports();
   outcome.ok = true;
@@ -703,6 +707,7 @@ asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunK
 asio::awaitable<void> ClientSession::run_keyword(Reply reply, std::string worker_params, std::string keyword,
                                                  Import import) {
   const auto began = std::chrono::steady_clock::now();
+  const auto running = activity_->keyword_started(import.library, keyword);  // for /status, until answered
   std::optional<Message> answer;
   std::optional<Failure> failure;
   try {
@@ -770,6 +775,7 @@ void ClientSession::on_finalize_library(const Message& request, params::Finalize
                             log::printable(params.token, 80)));
     return;
   }
+  activity_->library_finalized(import->library);
   spawn(finalize_library(std::move(reply), std::move(*import)), "finalize_library");
 }
 

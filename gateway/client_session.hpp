@@ -107,6 +107,7 @@ class ClientSession : public ServerMethods,
   std::shared_ptr<const config::Config> config_;
   workers::LeaseSource& leases_;
   std::weak_ptr<Connection> connection_;
+  std::shared_ptr<SessionActivity> activity_;  // the connection's: what /status shows of this session
   std::string name_;
   ServerProtocol protocol_;
   TokenMap tokens_;

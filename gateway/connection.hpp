@@ -1,6 +1,8 @@
 // What a client session's logic and the server see of a client connection, whatever its transport.
 #pragma once
 
+#include "gateway/session_activity.hpp"
+
 #include <boost/asio/awaitable.hpp>
 
 #include <atomic>
@@ -32,6 +34,8 @@ class Connection {
   // Imports the session holds now, for /status: the session writes it on its loop, the server reads it
   // on loop 0 (it keeps its own reference, so it never touches the connection from there).
   const std::shared_ptr<std::atomic<std::size_t>> imports_open = std::make_shared<std::atomic<std::size_t>>(0);
+  // Its libraries and running keywords, for /status and the status page: shared the same way.
+  const std::shared_ptr<SessionActivity> activity = std::make_shared<SessionActivity>();
 };
 
 }  // namespace rjg::gateway

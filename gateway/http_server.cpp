@@ -101,6 +101,7 @@ http::response<http::string_body> make_response(const HttpResponse& answer, unsi
   res.set(http::field::cache_control, "no-store");
   if (!answer.content_type.empty()) res.set(http::field::content_type, answer.content_type);
   if (answer.status == 405) res.set(http::field::allow, allow);
+  for (const auto& [name, value] : answer.headers) res.set(name, value);
   res.body() = answer.body;
   res.content_length(answer.body.size());
   if (close)

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace rjg::gateway {
@@ -35,6 +36,9 @@ struct HttpResponse {
   unsigned status = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
+  // More header fields, as name and value (the status page's Content-Security-Policy, say); the server's
+  // own (Server, Cache-Control, Content-Length, Connection) are not to be given here.
+  std::vector<std::pair<std::string, std::string>> headers = {};
 };
 
 // Answers GET/HEAD of `target`'s path (query string cut off and ignored); nullopt: 404. Runs on the

@@ -476,7 +476,8 @@ void Server::adopt(int fd, std::string client, std::string peer, bool is_socket,
     session = s;
     stdio_ = s;
   }
-  sessions_[number] = Live{loop, session, std::move(peer), std::chrono::steady_clock::now(), session->imports_open};
+  sessions_[number] =
+      Live{loop, session, std::move(peer), std::chrono::steady_clock::now(), session->imports_open, session->activity};
   context_.clients->add(client);
   // Forget sessions once they are gone, so neither map grows with every connection: the session's loop
   // awaits its end, this loop forgets it.

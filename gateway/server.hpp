@@ -12,6 +12,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <boost/json/object.hpp>
 
 #include <sys/types.h>
 
@@ -60,7 +61,8 @@ class Server {
   // for systemd's STATUS=.
   std::string status_text() const;
 
-  // The admin endpoint's pages (admin.cpp), on loop 0: /metrics, /livez, /readyz, /status; nullopt: 404.
+  // The admin endpoint's pages (admin.cpp), on loop 0: /metrics, /livez, /readyz, /status, the status page
+  // (/, status_page.cpp) and its stylesheet; nullopt: 404.
   std::optional<HttpResponse> admin_page(std::string_view path) const;
   // Listening and serving: /readyz says 200 from here until the drain begins.
   void set_ready() { ready_ = true; }
@@ -114,6 +116,7 @@ class Server {
     std::string peer;  // "10.1.2.3:51234"
     std::chrono::steady_clock::time_point since;
     std::shared_ptr<std::atomic<std::size_t>> imports;  // the connection's imports_open
+    std::shared_ptr<SessionActivity> activity;          // the connection's activity
   };
 
   asio::io_context& io_;
@@ -140,7 +143,8 @@ class Server {
   std::unique_ptr<LoopHeartbeat> heartbeat_;
 
   std::string metrics_text() const;
-  std::string status_json() const;
+  // What /status says and the status page shows, taken at once on loop 0.
+  boost::json::object status_snapshot() const;
 };
 
 }  // namespace rjg::gateway

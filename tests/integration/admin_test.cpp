@@ -188,7 +188,9 @@ TEST_F(AdminTest, MetricsPassPromtoolAndCountWhatHappened) {
   auto failing = test_library("Failing", {"--fail-import"});
   auto slow = test_library("Slow");
   slow.extra_toml = "keyword_timeout = \"300ms\"\n";
-  start_with_admin({test_library("TestLibrary"), failing, slow});
+  GatewayOptions options;
+  options.extra_gateway_toml = "max_sessions = 321\n";
+  start_with_admin({test_library("TestLibrary"), failing, slow}, options);
 
   {
     auto [c, token] = session();
@@ -248,6 +250,17 @@ TEST_F(AdminTest, MetricsPassPromtoolAndCountWhatHappened) {
   EXPECT_GT(at(R"(client_bytes_total{direction="received"})"), 0) << m;
   EXPECT_GT(at(R"(client_bytes_total{direction="sent"})"), 0) << m;
   EXPECT_EQ(at(R"(reloads_total{outcome="applied"})"), 0) << m;
+  EXPECT_EQ(at("max_sessions"), 321) << m;
+  EXPECT_EQ(at("last_reload_successful"), 1) << m;  // none yet: nothing failed
+  // Every worker is gone: their memory with them. The gateway's own is there, unprefixed as every
+  // exporter's (the dashboard's memory panel reads it).
+  EXPECT_EQ(at(R"(worker_resident_bytes{library="TestLibrary"})"), 0) << m;
+  EXPECT_GT(sample(m, "process_resident_memory_bytes"), 0) << m;
+  // The status page's "last crash": the last worker that ended by itself, the SIGKILL one.
+  const auto status = boost::json::parse(http(admin_port_, "GET", "/status").body).as_object();
+  for (const auto& l : status.at("libraries").as_array())
+    if (l.at("name") == "TestLibrary")
+      EXPECT_TRUE(contains(l.at("last_crash").at("what").as_string(), "SIGKILL")) << status;
 
   // A reload is counted, and stamped.
   gateway().signal(SIGHUP);
@@ -255,6 +268,76 @@ TEST_F(AdminTest, MetricsPassPromtoolAndCountWhatHappened) {
   const auto after = metrics();
   EXPECT_EQ(sample(after, R"(robot_jsonrpc_gateway_reloads_total{outcome="applied"})"), 1) << after;
   EXPECT_GT(sample(after, "robot_jsonrpc_gateway_last_reload_success_timestamp_seconds"), 1.7e9) << after;
+  EXPECT_EQ(sample(after, "robot_jsonrpc_gateway_last_reload_successful"), 1) << after;
+}
+
+// A reload that fails says so until one applies: the metric the alert reads, /status and the status page.
+TEST_F(AdminTest, AFailedReloadShowsUntilOneApplies) {
+  start_with_admin(default_libraries());
+  const auto good = read_file(gateway().config_path());
+  write_file(gateway().config_path(), good + "\n[[library]]\nname = 42\n");  // no command, and a number
+  gateway().signal(SIGHUP);
+  ASSERT_TRUE(log_eventually("reload failed"));
+  auto m = http(admin_port_, "GET", "/metrics").body;
+  EXPECT_EQ(sample(m, "robot_jsonrpc_gateway_last_reload_successful"), 0) << m;
+  EXPECT_EQ(sample(m, R"(robot_jsonrpc_gateway_reloads_total{outcome="failed"})"), 1) << m;
+  auto status = boost::json::parse(http(admin_port_, "GET", "/status").body).as_object();
+  EXPECT_EQ(status.at("reload").at("last"), "failed") << status;
+  EXPECT_EQ(status.at("config_generation"), 1) << status;
+  EXPECT_TRUE(contains(http(admin_port_, "GET", "/").body, "reload failed: 2 problems in")) << status;
+
+  write_file(gateway().config_path(), good);
+  gateway().signal(SIGHUP);
+  ASSERT_TRUE(log_eventually("reload: applied"));
+  m = http(admin_port_, "GET", "/metrics").body;
+  EXPECT_EQ(sample(m, "robot_jsonrpc_gateway_last_reload_successful"), 1) << m;
+  status = boost::json::parse(http(admin_port_, "GET", "/status").body).as_object();
+  EXPECT_EQ(status.at("reload").at("last"), "applied") << status;
+  EXPECT_EQ(status.at("config_generation"), 2) << status;
+}
+
+// The status page (GET /): HTML under a policy that lets nothing but its own stylesheet and icon load, the
+// session with the keyword it runs, and a client's keyword name as text. tests/browser loads it in chromium.
+TEST_F(AdminTest, StatusPageShowsTheRunningKeywordEscapedUnderAStrictPolicy) {
+  start_with_admin(default_libraries());
+  auto [c, token] = session();
+  c.send_request("robot/run_keyword", json::object{{"library_token", token}, {"name", "Sleep"}, {"args", json::array{30}},
+                                                   {"kwargs", json::object{}}});
+  // Waits behind the Sleep in the same worker: running, as the gateway sees it, meanwhile.
+  c.send_request("robot/run_keyword", json::object{{"library_token", token}, {"name", "<b onclick='x()'>Bold</b>"},
+                                                   {"args", json::array{}}, {"kwargs", json::object{}}});
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto status = boost::json::parse(http(admin_port_, "GET", "/status").body).as_object();
+        const auto& sessions = status.at("sessions").as_array();
+        return sessions.size() == 1 && sessions[0].at("keywords_running").as_array().size() == 2;
+      },
+      20s))
+      << http(admin_port_, "GET", "/status").body;
+  const auto status = boost::json::parse(http(admin_port_, "GET", "/status").body).as_object();
+  const auto& session = status.at("sessions").at(0).as_object();
+  EXPECT_EQ(session.at("libraries"), json::array{"TestLibrary"}) << status;
+  EXPECT_EQ(session.at("keywords_running").at(0).at("keyword"), "Sleep") << status;
+  EXPECT_EQ(session.at("keywords_running").at(0).at("library"), "TestLibrary") << status;
+
+  auto page = http(admin_port_, "GET", "/");
+  ASSERT_EQ(page.status, 200) << page.body;
+  EXPECT_TRUE(contains(page.headers, "Content-Type: text/html; charset=utf-8")) << page.headers;
+  EXPECT_TRUE(contains(page.headers, "Content-Security-Policy: default-src 'none'; style-src 'self'; img-src 'self';"))
+      << page.headers;
+  EXPECT_TRUE(contains(page.headers, "X-Content-Type-Options: nosniff")) << page.headers;
+  EXPECT_TRUE(page.body.starts_with("<!DOCTYPE html>")) << page.body;
+  EXPECT_TRUE(contains(page.body, "<code>Sleep</code>")) << page.body;
+  EXPECT_TRUE(contains(page.body, "&lt;b onclick=&#39;x()&#39;&gt;Bold&lt;/b&gt;")) << page.body;
+  EXPECT_FALSE(contains(page.body, "<b onclick")) << page.body;
+  EXPECT_FALSE(contains(page.body, "<script")) << page.body;  // nothing to run: the policy allows no script
+  auto css = http(admin_port_, "GET", "/status.css");
+  EXPECT_EQ(css.status, 200);
+  EXPECT_TRUE(contains(css.headers, "Content-Type: text/css")) << css.headers;
+  EXPECT_EQ(http(admin_port_, "GET", "/status.svg").status, 200);
+  auto head = http(admin_port_, "HEAD", "/");
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.body, "");
 }
 
 // /readyz turns 503 at the first moment of a drain, so a load balancer sends no new session, while the
@@ -328,6 +411,9 @@ TEST_F(AdminTest, StatusShowsSessionsAndWorkersAndOtherPathsAre404Or405) {
         EXPECT_GT(w.as_object().at("rss_bytes").as_int64(), 0);
       }
   EXPECT_TRUE(seen_worker) << answer.body;
+  // The worker's memory in the metrics too, summed per library.
+  const auto m = http(admin_port_, "GET", "/metrics").body;
+  EXPECT_GT(sample(m, R"(robot_jsonrpc_gateway_worker_resident_bytes{library="TestLibrary"})"), 0) << m;
 
   EXPECT_EQ(http(admin_port_, "GET", "/nothing").status, 404);
   auto post = http(admin_port_, "POST", "/metrics");

@@ -408,7 +408,7 @@ MUST_FAIL = [
     ('robot_jsonrpc_gateway_worker_exits_total{reason=~"crash|oom"}', "never has reason='oom'"),
     ('robot_jsonrpc_gateway_imports_waiting{lib="X"}', "has no label 'lib'"),
     ("sum by (lib) (robot_jsonrpc_gateway_workers)", "groups by 'lib'"),
-    ("process_resident_memory_bytes", "process_resident_memory_bytes is not in"),
+    ("node_memory_MemAvailable_bytes", "node_memory_MemAvailable_bytes is not in"),
     ('robot_jsonrpc_gateway_sessions_open{instance=~"$gateway"}', "uses $gateway"),
 ]
 

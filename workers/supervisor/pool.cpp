@@ -307,6 +307,7 @@ asio::awaitable<void> LibraryPool::watch(std::shared_ptr<Worker> worker) {
   std::erase(ready_, worker);
   --owner_.live_;
   LibraryMetrics::add(metrics_.exits, ending.reason);
+  if (!ending.on_purpose) last_crash_ = ending.death, last_crash_at_ = clock::now();
   if (counted) {
     // Already counted as a failed start (its import ahead of time failed).
   } else if (ending.on_purpose) {
@@ -644,7 +645,8 @@ std::vector<PoolView> WorkerPools::view() const {
   std::vector<PoolView> out;
   const auto now = clock::now();
   auto add = [&](const LibraryPool& p, bool retired) {
-    PoolView v{p.library().name, retired, p.waiting_, p.starting_, p.in_backoff(), {}};
+    PoolView v{p.library().name, retired, p.waiting_, p.starting_, p.in_backoff(), {}, p.failures_, p.last_crash_,
+               p.last_crash_.empty() ? 0.0 : std::chrono::duration<double>(now - p.last_crash_at_).count()};
     for (const auto& w : p.workers_) {
       const auto slot = p.slots_.find(w.get());
       const bool draining = slot != p.slots_.end() && slot->second.draining;

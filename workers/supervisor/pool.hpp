@@ -117,6 +117,8 @@ class LibraryPool {
   // Crash backoff: consecutive failed starts or unexpected deaths.
   std::size_t failures_ = 0;
   std::string last_failure_;
+  std::string last_crash_;  // for the status page: see PoolView::last_crash
+  std::chrono::steady_clock::time_point last_crash_at_{};
   std::chrono::steady_clock::time_point retry_at_{};
   AsyncEvent prewarm_wake_;
   bool stopping_ = false;
@@ -142,6 +144,11 @@ struct PoolView {
     std::string serves;    // the library it serves, when a glob entry's ("LabPower" under "Lab*")
   };
   std::vector<WorkerView> workers;
+  std::size_t failures = 0;  // failed starts or unexpected deaths in a row (the crash backoff counts them)
+  // The last worker that ended by itself (while idle or running a keyword), as its death was told:
+  // "worker 123 (...) died with exit status 3"; "": none since start. And how long ago.
+  std::string last_crash;
+  double last_crash_seconds_ago = 0;
 };
 
 class WorkerPools : public LeaseSource {
