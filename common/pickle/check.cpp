@@ -53,7 +53,7 @@ class Types {
  public:
   using Value = Type;
 
-  Types(Reader& reader) : reader_(reader), limits_(reader.limits()) {}
+  explicit Types(Reader& reader) : reader_(reader), limits_(reader.limits()) {}
 
   bool none(Type& v) { return scalar(Kind::none, 0, v); }
   bool boolean(bool, Type& v) { return scalar(Kind::boolean, 0, v); }

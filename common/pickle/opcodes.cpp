@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <utility>
 
 namespace rjg::pickle {
 namespace {

@@ -4,8 +4,11 @@
 // Input: a pickle (any bytes). Invariants: no crash, hang or sanitizer report; a refusal has a reason
 // and an offset inside the pickle; the verdict is deterministic; tighter limits never admit what the
 // default limits refuse; the JSON inspector agrees with the raw scanner (same verdict, reason and
-// offset, at the right path), "deny" refuses and "allow" admits.
+// offset, at the right path), "deny" refuses and "allow" admits; the decoder, which runs the checker's
+// machine on values, gives the checker's refusal or reads the pickle without an internal error, and what
+// the encoder writes of the value the checker admits.
 #include "common/pickle/pickle_policy.hpp"
+#include "common/pickle/pickle_value.hpp"
 #include "common/protocol/json_text.hpp"
 
 #include "fuzz_common.hpp"
@@ -15,8 +18,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <variant>
 
 namespace {
 
@@ -63,6 +68,25 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto tight = rjg::check_pickle_data_only(bytes, &tight_offset, kTight);
   if (why) RJG_FUZZ_CHECK(tight.has_value(), "tighter limits admitted what the defaults refuse: " + *why);
   if (tight) RJG_FUZZ_CHECK(tight_offset <= bytes.size(), "refusal offset past the end: " + *tight);
+
+  // The decoder under the tight limits (the default ones let a few bytes of memo references expand to
+  // millions of copies).
+  const auto decoded = rjg::pickle::decode_pickle(bytes, kTight);
+  if (tight) {
+    const auto* error = std::get_if<std::string>(&decoded);
+    RJG_FUZZ_CHECK(error && *error == "byte " + std::to_string(tight_offset) + ": " + *tight,
+                   "the decoder does not give the checker's refusal: " + *tight);
+  } else if (const auto* error = std::get_if<std::string>(&decoded)) {
+    RJG_FUZZ_CHECK(error->find("internal error") == std::string::npos, "the decoder disagrees with the checker: " + *error);
+  } else {
+    try {
+      const std::string again = rjg::pickle::encode_pickle(std::get<rjg::pickle::PyValue>(decoded));
+      const auto reencoded = rjg::check_pickle_data_only(again);
+      RJG_FUZZ_CHECK(!reencoded, "the checker refuses what the encoder wrote: " + reencoded.value_or(""));
+    } catch (const std::invalid_argument& e) {
+      RJG_FUZZ_CHECK(false, std::string("the encoder cannot write a decoded value: ") + e.what());
+    }
+  }
 
   // The same pickle as the only argument of a keyword call.
   const json::value message = {{"args", json::array{json::object{{"__pickled__", to_hex(bytes)}}}}, {"kwargs", json::object{}}};

@@ -312,6 +312,40 @@ TEST(PickleValueCorpus, EveryTruncationIsRefused) {
   }
 }
 
+// The checker and the decoder run one machine over one reader: a real pickle with any one byte changed
+// is refused by decode_pickle with the checker's own reason and offset, or decoded, or refused for what
+// Python would not build, but never with an "internal error" (the two reading the stream differently).
+TEST(PickleValueCorpus, TheDecoderReadsExactlyWhatTheCheckerAdmits) {
+  PickleLimits limits;
+  limits.max_expanded = 1 << 16;  // a changed memo index may share one list many times
+  std::size_t admitted = 0, refused = 0;
+  for (const auto& f : corpus()) {
+    if (f.bytes.size() > 512) continue;
+    for (std::size_t i = 0; i < f.bytes.size(); ++i) {
+      for (unsigned flip : {0x01u, 0x80u, 0xffu}) {
+        std::string changed = f.bytes;
+        changed[i] = static_cast<char>(static_cast<unsigned char>(changed[i]) ^ flip);
+        std::size_t offset = 0;
+        const auto why = check_pickle_data_only(changed, &offset, limits);
+        const auto r = decode_pickle(changed, limits);
+        const auto* error = std::get_if<std::string>(&r);
+        if (why) {
+          ++refused;
+          ASSERT_TRUE(error) << f.value << " byte " << i << " ^ " << flip;
+          EXPECT_EQ(*error, "byte " + std::to_string(offset) + ": " + *why) << f.value << " byte " << i;
+          continue;
+        }
+        ++admitted;
+        if (error) {
+          EXPECT_EQ(error->find("internal error"), std::string::npos) << *error << "\n" << to_hex(changed);
+        }
+      }
+    }
+  }
+  EXPECT_GT(admitted, 100u);
+  EXPECT_GT(refused, 100u);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Round trips: encode -> decode gives the value back, for every kind.
 
