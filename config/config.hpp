@@ -253,7 +253,7 @@ std::string_view to_string(PicklePolicy policy);
 std::string_view to_string(Arguments arguments);
 
 // The configuration reference in Markdown: the keys of each table, with type, default, allowed values and
-// what each does. README.md holds it between these marker lines (a unit test checks that it is up to date),
+// what each does. doc/configuration.md holds it between these marker lines (a unit test checks that it is up to date),
 // and robot-jsonrpc-config-reference prints it with them.
 std::string reference_markdown();
 inline constexpr const char* kReferenceBegin = "<!-- config-reference:begin -->\n";

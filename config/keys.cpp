@@ -1,5 +1,5 @@
 // The configuration keys. Adding a key: a field in the model (config.hpp, with its default), and one entry
-// below; the loader, the unknown-key messages and the reference in README.md follow from the entry.
+// below; the loader, the unknown-key messages and the reference in doc/configuration.md follow from the entry.
 #include "config/keys.hpp"
 
 #include <fmt/format.h>
@@ -602,7 +602,7 @@ const std::vector<Key<Classic>>& classic_keys() {
          if (auto text = reader.get_string(node, key)) classic.default_library = *text;
        }},
       // Far below max_message_bytes: a body's values are parsed and turned into JSON, so each byte of it
-      // costs several (README "Bounded memory"), and Robot's Remote sends keyword arguments here, rarely
+      // costs several (doc/security.md, "Bounded memory"), and Robot's Remote sends keyword arguments here, rarely
       // more than a few KiB. Below 64 KiB surely a value written without its unit.
       size("max_body_bytes", &Classic::max_body_bytes, {.zero_ok = false, .min = 64 * 1024},
            "Largest body of an XML-RPC request (Robot's `Remote` sends keyword arguments in it); a larger "

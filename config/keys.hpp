@@ -1,5 +1,5 @@
 // Every configuration key, declared once (keys.cpp): its table, type, default, allowed values, a line of
-// documentation and how it fills the model. The loader (config.cpp) and the reference in README.md
+// documentation and how it fills the model. The loader (config.cpp) and the reference in doc/configuration.md
 // (reference.cpp) both come from these tables.
 #pragma once
 

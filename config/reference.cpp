@@ -1,4 +1,4 @@
-// The configuration reference in README.md, rendered from the key tables in keys.cpp.
+// The configuration reference in doc/configuration.md, rendered from the key tables in keys.cpp.
 #include "config/config.hpp"
 #include "config/keys.hpp"
 

@@ -1,4 +1,4 @@
-// robot-jsonrpc-config-reference: prints the configuration reference of README.md (between its markers),
+// robot-jsonrpc-config-reference: prints the configuration reference of doc/configuration.md (between its markers),
 // rendered from the declarations of the configuration keys.
 #include "config/config.hpp"
 

@@ -72,7 +72,8 @@ for f in lib/systemd/system/robot-jsonrpc-gateway.service lib/systemd/system/rob
          usr/lib/sysusers.d/robot-jsonrpc-gateway.conf usr/lib/tmpfiles.d/robot-jsonrpc-gateway.conf \
          etc/robot-jsonrpc-gateway/gateway.toml usr/share/doc/robot-jsonrpc-gateway/README.md \
          usr/share/doc/robot-jsonrpc-gateway/copyright usr/share/doc/robot-jsonrpc-gateway/changelog.gz \
-         usr/share/doc/robot-jsonrpc-gateway/doc/status-page.png \
+         usr/share/doc/robot-jsonrpc-gateway/doc/status-page.png usr/share/doc/robot-jsonrpc-gateway/doc/configuration.md \
+         usr/share/doc/robot-jsonrpc-gateway/doc/operations.md \
          usr/share/robot-jsonrpc-gateway/prometheus/robot-jsonrpc-gateway.rules.yml \
          usr/share/robot-jsonrpc-gateway/grafana/robot-jsonrpc-gateway.json; do
   [[ -f $root/$f ]] || fail "/$f missing"

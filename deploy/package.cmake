@@ -12,7 +12,7 @@
 #   PREFIX/lib/sysusers.d      robot-jsonrpc-gateway.conf: the user robot-gateway
 #   PREFIX/lib/tmpfiles.d      robot-jsonrpc-gateway.conf: /run/robot-jsonrpc-gateway, /var/lib/...
 #   PREFIX/share/doc/robot-jsonrpc-gateway
-#                              README.md, doc/status-page.png (the README shows it); in the package
+#                              README.md, doc/*.md and doc/status-page.png (the README's map); in the package
 #                              also copyright and changelog.gz
 #   PREFIX/share/man/man1, man8
 #                              the programs' man pages (doc/man), gzipped
@@ -20,7 +20,7 @@
 #   PREFIX/share/robot-jsonrpc-gateway/grafana/robot-jsonrpc-gateway.json
 #                              the alerting rules and the Grafana dashboard (deploy/prometheus,
 #                              deploy/grafana), for the operator to load into their own
-#                              Prometheus and Grafana (README, Operations)
+#                              Prometheus and Grafana (doc/operations.md)
 #   /etc/robot-jsonrpc-gateway/gateway.toml
 #                              deploy/gateway.toml (the package's conffile). Left out of a plain
 #                              `cmake --install`; `--component config` writes it, never over an
@@ -39,8 +39,10 @@ file(MAKE_DIRECTORY "${_rjg_pkg}/control" "${_rjg_pkg}/doc")
 # --- Files installed by every install (package and source) -------------------------------------------
 
 install(FILES "${PROJECT_SOURCE_DIR}/README.md" DESTINATION share/doc/robot-jsonrpc-gateway COMPONENT doc)
-# Where the README's relative link to it points.
-install(FILES "${PROJECT_SOURCE_DIR}/doc/status-page.png" DESTINATION share/doc/robot-jsonrpc-gateway/doc COMPONENT doc)
+# The documentation the README maps, where its relative links point (doc/man is installed below).
+file(GLOB _rjg_docs CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/doc/*.md")
+install(FILES ${_rjg_docs} "${PROJECT_SOURCE_DIR}/doc/status-page.png"
+        DESTINATION share/doc/robot-jsonrpc-gateway/doc COMPONENT doc)
 # Data for other programs, not documentation: a Prometheus server reads the rules, Grafana the dashboard.
 install(FILES "${_rjg_deploy}/prometheus/robot-jsonrpc-gateway.rules.yml"
         DESTINATION share/robot-jsonrpc-gateway/prometheus COMPONENT monitoring)
@@ -155,7 +157,7 @@ install(FILES "${_rjg_pkg}/doc/copyright" "${_rjg_pkg}/doc/changelog.gz"
 
 # --- Maintainer scripts and conffiles ----------------------------------------------------------------
 # No debhelper. The postinst creates the user and the directories; it neither enables nor starts the
-# service (the operator does, README "Install the Debian package"). On an upgrade it restarts the
+# service (the operator does, doc/operations.md "Install the Debian package"). On an upgrade it restarts the
 # service only if it runs (try-restart: the drain lets the sessions finish first). Removal stops the
 # service and the socket; purge also drops what `systemctl enable` made. The user, its home
 # /var/lib/robot-jsonrpc-gateway and drop-ins under /etc/systemd/system are kept.

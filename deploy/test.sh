@@ -111,7 +111,7 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
   # Inherited by the gateway and the workers the integration tests start. UBSan aborts on the first
   # report (the build uses -fno-sanitize-recover=all), so undefined behaviour fails the test. The
   # quarantine of freed memory is 16 MiB instead of 256: the soak's loose RSS bounds would otherwise
-  # measure ASan's quarantine, not the gateway. (MemoryTest compares the peak with the README's
+  # measure ASan's quarantine, not the gateway. (MemoryTest compares the peak with doc/security.md's
   # formula in the first build only: even 16 MiB of quarantine went over its tight bound once.)
   export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:strict_init_order=1:quarantine_size_mb=16:allocator_release_to_os_interval_ms=500}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}

@@ -62,7 +62,7 @@ void counters(Family& family, std::string_view library, const Values& values, st
 // What the admin endpoint takes, chosen so that no client can make a health probe fail: one address holds at
 // most 8 connections, a request line and headers must come within 2 s (a half-sent request holds a
 // connection no longer), and beyond the 64 connections 8 more are kept for /livez and /readyz, one per
-// address, so that a probe from elsewhere is answered whoever holds the 64. The README's "Operations"
+// address, so that a probe from elsewhere is answered whoever holds the 64. doc/operations.md
 // says the same numbers.
 HttpLimits admin_limits() {
   HttpLimits limits;

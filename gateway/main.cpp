@@ -307,7 +307,7 @@ int main(int argc, char** argv) {
   // Blocks of 1 MiB and more (large frames, classic bodies and their values) go back to the system when
   // freed, whichever thread frees them. glibc would raise this threshold to the largest block freed so far
   // and keep such blocks in the arena of the thread that freed them: with the offload pool, each of its
-  // threads and each loop would keep its own room for the largest request seen (README "Bounded memory").
+  // threads and each loop would keep its own room for the largest request seen (doc/security.md, "Bounded memory").
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
 #endif
   rjg::log::set_program("gateway");

@@ -1,5 +1,5 @@
 // Bounded memory, by configuration (issue 8): what one connection can make the gateway hold is
-// counted and bounded by [gateway] settings, and the README's formula for it holds. Each case starts a
+// counted and bounded by [gateway] settings, and doc/security.md's formula for it holds. Each case starts a
 // fresh gateway, drives one hostile client, and compares the gateway's peak resident memory (VmHWM)
 // with the formula computed from the settings the case uses. The exact behaviour is asserted too:
 // which requests are refused and with what, and that write_timeout disconnects a client that does
@@ -40,7 +40,7 @@ std::uint64_t proc_status_bytes(pid_t pid, std::string_view field) {
   return 0;
 }
 
-// The settings the README's formula takes, as a case configures them.
+// The settings doc/security.md's formula takes, as a case configures them.
 struct Settings {
   std::uint64_t max_message_bytes = 64 * kMiB;
   std::uint64_t max_header_bytes = 8 * kKiB;
@@ -60,7 +60,7 @@ struct Settings {
   }
 };
 
-// The README's worst case (section "Bounded memory"), for `connections` client connections that each
+// doc/security.md's worst case (section "Bounded memory"), for `connections` client connections that each
 // run at most C = `calls` keywords at once, served by `workers` workers. The write queue's high-water
 // mark W is the gateway's fixed 4 MiB; E = 1: the test worker gets its strings as they are (no escaping).
 std::uint64_t formula(const Settings& s, std::uint64_t connections, std::uint64_t calls, std::uint64_t workers) {
@@ -73,7 +73,7 @@ std::uint64_t formula(const Settings& s, std::uint64_t connections, std::uint64_
   return connections * (reading + pending + writing) + workers * per_worker;
 }
 
-// The README's worst case for one connection of the classic front (D = [classic] max_body_bytes), whose
+// doc/security.md's worst case for one connection of the classic front (D = [classic] max_body_bytes), whose
 // keyword's result has `values` values, served by `workers` workers.
 std::uint64_t classic_formula(const Settings& s, std::uint64_t values, std::uint64_t workers) {
   const std::uint64_t H = s.max_header_bytes, M = s.max_message_bytes, D = s.max_body_bytes;
@@ -281,7 +281,7 @@ class MemoryTest : public GatewayTest, public ::testing::WithParamInterface<bool
 // The classic front's amplification body (issue 22): 8 MB of 1,000,000 empty values. The whole document
 // used to be built into a tree first, about 100 bytes an element: 5 -> 213 MB for one such request.
 // Parsed straight into values, at most one per 16 bytes, it is refused at the 500,011th with a fault
-// naming the limits, and the peak stays within the README's formula for a classic connection.
+// naming the limits, and the peak stays within doc/security.md's formula for a classic connection.
 TEST_P(MemoryTest, ClassicAmplificationBodyIsRefusedWithinTheFormula) {
   Settings s = settings();
   if (!s.defaults) s.max_body_bytes = kMiB;

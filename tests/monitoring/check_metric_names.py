@@ -182,7 +182,7 @@ def check_expression(where, expr, exposition, variables):
             family, kind = exposition.family_type(name)
             hint = f" ({family} is TYPE {kind})" if kind else ""
             problems.append(f"{where}: metric {name} is not in the gateway's /metrics{hint}: use a name the gateway "
-                            f"exports (README, Operations, GET /metrics)")
+                            f"exports (doc/operations.md, GET /metrics)")
             continue
         names.add(name)
         for label, op, value in matchers:

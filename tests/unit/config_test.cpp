@@ -1448,18 +1448,18 @@ TEST_F(ConfigTest, BundledExampleHasTheDefaultPoolSettings) {
 
 // ---- The configuration reference ----
 
-// README.md holds the reference rendered from the key declarations: it must never drift from them.
+// doc/configuration.md holds the reference rendered from the key declarations: it must never drift from them.
 TEST(ConfigReference, ReadmeIsUpToDate) {
-  std::ifstream in(RJG_README);
-  ASSERT_TRUE(in) << "cannot read " << RJG_README;
+  std::ifstream in(RJG_CONFIGURATION_DOC);
+  ASSERT_TRUE(in) << "cannot read " << RJG_CONFIGURATION_DOC;
   std::stringstream text;
   text << in.rdbuf();
   const std::string readme = text.str();
   const std::string begin_marker = rjg::config::kReferenceBegin, end_marker = rjg::config::kReferenceEnd;
   auto begin = readme.find(begin_marker);
   auto end = readme.find(end_marker);
-  ASSERT_NE(begin, std::string::npos) << "no line " << begin_marker << "in " << RJG_README;
-  ASSERT_NE(end, std::string::npos) << "no line " << end_marker << "in " << RJG_README;
+  ASSERT_NE(begin, std::string::npos) << "no line " << begin_marker << "in " << RJG_CONFIGURATION_DOC;
+  ASSERT_NE(end, std::string::npos) << "no line " << end_marker << "in " << RJG_CONFIGURATION_DOC;
   ASSERT_LT(begin, end);
   begin += begin_marker.size();
   const std::string generated = rjg::config::reference_markdown();
@@ -1469,7 +1469,7 @@ TEST(ConfigReference, ReadmeIsUpToDate) {
   std::string line_written, line_generated;
   int line = 1;
   while (std::getline(a, line_written) && std::getline(b, line_generated) && line_written == line_generated) ++line;
-  ADD_FAILURE() << "The configuration reference in " << RJG_README << " is out of date (from line " << line
+  ADD_FAILURE() << "The configuration reference in " << RJG_CONFIGURATION_DOC << " is out of date (from line " << line
                 << " after the begin marker on). Replace it, markers included, with this text (which "
                 << "robot-jsonrpc-config-reference prints too):\n"
                 << begin_marker << generated << end_marker;
