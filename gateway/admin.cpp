@@ -1,19 +1,15 @@
 // The admin endpoint's pages: Prometheus metrics, liveness, readiness, a JSON status and the status page
-// (its HTML in status_page.cpp, from the same snapshot). They run on loop 0, where the session table and
-// the pools live, and read the counters (atomics) every loop bumps.
-#include "gateway/server.hpp"
+// (its HTML in status_page.cpp, from the same snapshot). They run on loop 0, where the snapshot is taken,
+// and read the counters (atomics) every loop bumps.
+#include "gateway/admin.hpp"
 
 #include "gateway/status_page.hpp"
 
-#include "common/log.hpp"
-#include "gateway/systemd.hpp"
-
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <fmt/format.h>
 
+#include <array>
 #include <fstream>
 #include <map>
 
@@ -21,6 +17,7 @@
 
 namespace rjg::gateway {
 using namespace std::chrono_literals;
+namespace json = boost::json;
 
 namespace {
 
@@ -59,6 +56,8 @@ void counters(Family& family, std::string_view library, const Values& values, st
                   static_cast<double>(values[i].load(std::memory_order_relaxed)));
 }
 
+}  // namespace
+
 // What the admin endpoint takes, chosen so that no client can make a health probe fail: one address holds at
 // most 8 connections, a request line and headers must come within 2 s (a half-sent request holds a
 // connection no longer), and beyond the 64 connections 8 more are kept for /livez and /readyz, one per
@@ -77,59 +76,57 @@ HttpLimits admin_limits() {
   return limits;
 }
 
+AdminPages::AdminPages(const LoopHeartbeat& heartbeat, std::function<Readiness()> readiness,
+                       std::function<AdminSnapshot()> snapshot)
+    : heartbeat_(heartbeat), readiness_(std::move(readiness)), snapshot_(std::move(snapshot)) {}
+
+std::optional<HttpResponse> AdminPages::page(std::string_view path) const {
+  if (path == "/metrics") {
+    // The content type of the text exposition format, version 0.0.4.
+    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_text(snapshot_())};
+  }
+  if (path == "/livez") {
+    const auto stuck = heartbeat_.stuck(kStuckAfter);
+    if (stuck == 0) return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"};
+    return HttpResponse{503, "text/plain; charset=utf-8",
+                        fmt::format("{} of {} event loops ran no handler for {}s\n", stuck, heartbeat_.loops(),
+                                    kStuckAfter.count())};
+  }
+  if (path == "/readyz") {
+    const auto readiness = readiness_();
+    if (readiness.draining) return HttpResponse{503, "text/plain; charset=utf-8", "draining: no new sessions\n"};
+    if (!readiness.serving) return HttpResponse{503, "text/plain; charset=utf-8", "starting\n"};
+    return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
+  }
+  if (path == "/status") return HttpResponse{200, "application/json", json::serialize(status_json(snapshot_())) + "\n"};
+  if (path == "/") return status_page_response(status_json(snapshot_()));
+  if (path == kStatusPageStylesheet) return status_page_stylesheet();
+  if (path == kStatusPageIcon) return status_page_icon();
+  return std::nullopt;
+}
+
 // The resident memory of a process, in bytes (/proc/PID/statm: pages); 0 if gone.
-std::uint64_t rss_of(pid_t pid) {
+std::uint64_t resident_bytes(pid_t pid) {
   std::ifstream statm(fmt::format("/proc/{}/statm", pid));
   std::uint64_t size = 0, resident = 0;
   if (!(statm >> size >> resident)) return 0;
   return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
 }
 
-}  // namespace
-
-// Here, where LoopHeartbeat is complete. Unix socket files go with their listeners.
-Server::~Server() {
-  for (const auto& listener : listeners_) listener.close();
-}
-
-std::optional<HttpResponse> Server::admin_page(std::string_view path) const {
-  if (path == "/metrics") {
-    // The content type of the text exposition format, version 0.0.4.
-    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()};
-  }
-  if (path == "/livez") {
-    const auto stuck = heartbeat_ ? heartbeat_->stuck(kStuckAfter) : 0;
-    if (stuck == 0) return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"};
-    return HttpResponse{503, "text/plain; charset=utf-8",
-                        fmt::format("{} of {} event loops ran no handler for {}s\n", stuck, heartbeat_->loops(),
-                                    kStuckAfter.count())};
-  }
-  if (path == "/readyz") {
-    if (context_.draining) return HttpResponse{503, "text/plain; charset=utf-8", "draining: no new sessions\n"};
-    if (!ready_) return HttpResponse{503, "text/plain; charset=utf-8", "starting\n"};
-    return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
-  }
-  if (path == "/status") return HttpResponse{200, "application/json", json::serialize(status_snapshot()) + "\n"};
-  if (path == "/") return status_page_response(status_snapshot());
-  if (path == kStatusPageStylesheet) return status_page_stylesheet();
-  if (path == kStatusPageIcon) return status_page_icon();
-  return std::nullopt;
-}
-
-std::string Server::metrics_text() const {
+std::string metrics_text(const AdminSnapshot& s) {
   std::string out;
-  auto& m = context_.metrics;
+  const auto& m = *s.metrics;
   const auto count = [](const std::atomic<std::uint64_t>& a) { return static_cast<double>(a.load(std::memory_order_relaxed)); };
 
   Family(out, "build_info", "gauge", "The gateway's version (always 1).")
-      .sample(fmt::format("version=\"{}\"", workers::label_value(context_.version)), 1);
+      .sample(fmt::format("version=\"{}\"", workers::label_value(s.version)), 1);
   Family(out, "start_time_seconds", "gauge", "When the gateway started, in seconds since the Unix epoch.")
-      .sample("", std::chrono::duration<double>(started_at_.time_since_epoch()).count());
+      .sample("", std::chrono::duration<double>(s.started_at.time_since_epoch()).count());
   Family(out, "ready", "gauge", "1 while the gateway takes new sessions (as /readyz), 0 before and while draining.")
-      .sample("", ready_ && !context_.draining ? 1 : 0);
-  Family(out, "sessions_open", "gauge", "Client sessions connected now.").sample("", static_cast<double>(sessions_.size()));
+      .sample("", s.serving && !s.draining ? 1 : 0);
+  Family(out, "sessions_open", "gauge", "Client sessions connected now.").sample("", static_cast<double>(s.sessions.size()));
   Family(out, "max_sessions", "gauge", "Client sessions the gateway takes at once ([gateway] max_sessions); 0: no cap.")
-      .sample("", static_cast<double>(context_.config()->gateway.max_sessions));
+      .sample("", static_cast<double>(s.config->gateway.max_sessions));
   Family(out, "sessions_total", "counter", "Client sessions accepted since start.").sample("", count(m.sessions_total));
   {
     Family f(out, "connections_refused_total", "counter", "Client connections refused, by the limit that refused them.");
@@ -138,7 +135,7 @@ std::string Server::metrics_text() const {
     for (std::size_t i = 0; i < reasons.size(); ++i) f.sample(fmt::format("reason=\"{}\"", reasons[i]), count(m.refused[i]));
   }
   Family(out, "requests_in_flight", "gauge", "Client requests being answered now.")
-      .sample("", static_cast<double>(context_.requests_in_flight.load()));
+      .sample("", static_cast<double>(s.requests_in_flight));
   {
     Family f(out, "client_bytes_total", "counter", "Message bytes (frame bodies) received from and sent to clients.");
     f.sample("direction=\"received\"", count(m.bytes_in));
@@ -155,12 +152,12 @@ std::string Server::metrics_text() const {
   // As Prometheus' own prometheus_config_last_reload_successful: an alert on == 0 needs no arithmetic.
   Family(out, "last_reload_successful", "gauge",
          "1 unless the last reload failed (the gateway then serves the previous configuration); 1 before any.")
-      .sample("", reload_problem_.empty() ? 1 : 0);
+      .sample("", s.reload_problem.empty() ? 1 : 0);
   Family(out, "process_resident_memory_bytes", "gauge", "The gateway process's resident memory, in bytes.", false)
-      .sample("", static_cast<double>(rss_of(::getpid())));
+      .sample("", static_cast<double>(resident_bytes(::getpid())));
 
   // Per library: every name configured now, and every one counted since start (a reload may remove one).
-  const auto pools = context_.pools.view();
+  const auto& pools = s.pools;
   const auto known = m.libraries();
   std::map<std::string, const workers::LibraryMetrics*> libraries;
   for (const auto& [name, lib] : known) libraries[name] = lib;
@@ -223,10 +220,9 @@ std::string Server::metrics_text() const {
              "an upstream count 0).");
     for (const auto& [name, lib] : libraries) {
       std::uint64_t bytes = 0;
-      for (const auto& pool : pools)
-        if (pool.library == name)
-          for (const auto& w : pool.workers)
-            if (w.upstream.empty()) bytes += rss_of(w.pid);
+      for (std::size_t p = 0; p < pools.size(); ++p)
+        if (pools[p].library == name)
+          for (const auto rss : s.worker_rss[p]) bytes += rss;  // 0 for an upstream
       f.sample(library_label(name), static_cast<double>(bytes));
     }
   }
@@ -272,19 +268,19 @@ std::string Server::metrics_text() const {
   return out;
 }
 
-json::object Server::status_snapshot() const {
-  const auto now = std::chrono::steady_clock::now();
-  const auto config = context_.config();
+json::object status_json(const AdminSnapshot& s) {
+  const auto now = s.now;
+  const auto& config = s.config;
   json::array sessions;
-  for (const auto& [number, live] : sessions_) {
+  for (const auto& live : s.sessions) {
     json::object session{
-        {"id", number},
+        {"id", live.id},
         {"peer", live.peer},
         {"age_seconds", std::chrono::duration<double>(now - live.since).count()},
-        {"imports", live.imports ? live.imports->load(std::memory_order_relaxed) : 0},
+        {"imports", live.imports},
     };
     if (live.activity) {
-      const auto activity = live.activity->snapshot();
+      const auto& activity = *live.activity;
       json::array libraries, keywords;
       for (const auto& [name, held] : activity.libraries) libraries.push_back(json::string(name));
       for (const auto& running : activity.keywords)
@@ -297,11 +293,13 @@ json::object Server::status_snapshot() const {
     sessions.push_back(std::move(session));
   }
   json::array libraries;
-  for (const auto& pool : context_.pools.view()) {
+  for (std::size_t p = 0; p < s.pools.size(); ++p) {
+    const auto& pool = s.pools[p];
     json::array workers;
     std::uint64_t rss_total = 0;
-    for (const auto& w : pool.workers) {
-      const auto rss = w.upstream.empty() ? rss_of(w.pid) : 0;
+    for (std::size_t i = 0; i < pool.workers.size(); ++i) {
+      const auto& w = pool.workers[i];
+      const auto rss = s.worker_rss[p][i];
       rss_total += rss;
       json::object worker{{"pid", w.pid},
                           {"state", w.state},
@@ -337,60 +335,31 @@ json::object Server::status_snapshot() const {
       }
     libraries.push_back(std::move(library));
   }
-  const auto& m = context_.metrics;
+  const auto& m = *s.metrics;
   const auto applied = m.reloads_ok.load(std::memory_order_relaxed);
   const auto failed = m.reloads_failed.load(std::memory_order_relaxed);
   json::object reload{{"applied", applied}, {"failed", failed}};
-  reload["last"] = !reload_problem_.empty() ? "failed" : applied > 0 ? "applied" : "none";
-  if (!reload_problem_.empty()) reload["problem"] = reload_problem_;
+  reload["last"] = !s.reload_problem.empty() ? "failed" : applied > 0 ? "applied" : "none";
+  if (!s.reload_problem.empty()) reload["problem"] = s.reload_problem;
   if (applied > 0) reload["applied_at_seconds"] = m.last_reload_seconds.load();
   json::object status{
-      {"version", context_.version},
+      {"version", s.version},
       {"config", config->path},
       // 1 as started, one more for each reload that applied.
       {"config_generation", 1 + applied},
       {"reload", std::move(reload)},
-      {"ready", ready_ && !context_.draining},
-      {"draining", context_.draining.load()},
-      {"uptime_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - started_steady_).count()},
-      {"status", status_text()},
-      {"requests_in_flight", context_.requests_in_flight.load()},
+      {"ready", s.serving && !s.draining},
+      {"draining", s.draining},
+      {"uptime_seconds", s.uptime_seconds},
+      {"status", s.status},
+      {"requests_in_flight", s.requests_in_flight},
       {"max_sessions", config->gateway.max_sessions},
       {"max_workers", config->gateway.max_workers},
       {"sessions", std::move(sessions)},
       {"libraries", std::move(libraries)},
   };
-  if (classic_) status["classic"] = classic_->status();
+  if (s.classic) status["classic"] = *s.classic;
   return status;
-}
-
-void Server::listen_admin(PassedSockets& passed) {
-  const auto config = context_.config();
-  if (config->admin.listen.empty()) return;
-  heartbeat_ = std::make_unique<LoopHeartbeat>(io_, loops_);
-  admin_ = std::make_unique<HttpServer>(
-      io_, [this](std::string_view path) { return admin_page(path); }, config->admin.allow_from, admin_limits());
-  const auto named = named_sockets();
-  for (const auto& address : config->admin.listen)
-    for (auto& listener : open_entry(address, &passed, named)) admin_->serve(listener.acceptor, listener.entry);
-}
-
-void Server::listen_classic(PassedSockets& passed) {
-  const auto config = context_.config();
-  if (config->classic.listen.empty()) return;
-  classic_ = std::make_unique<ClassicFront>(io_, context_, *config);
-  const auto named = named_sockets();
-  for (const auto& address : config->classic.listen)
-    for (auto& listener : open_entry(address, &passed, named)) classic_->serve(listener.acceptor, listener.entry);
-}
-
-std::vector<std::string> Server::named_sockets() const {
-  const auto config = context_.config();
-  std::vector<std::string> named;
-  for (const auto* listen : {&config->gateway.listen, &config->admin.listen, &config->classic.listen})
-    for (const auto& address : *listen)
-      if (!address.fd_name.empty()) named.push_back(address.fd_name);
-  return named;
 }
 
 }  // namespace rjg::gateway

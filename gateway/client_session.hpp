@@ -23,9 +23,7 @@
 
 namespace rjg::gateway {
 
-class ClientSession : public ServerMethods,
-                      public workers::CallObserver,
-                      public std::enable_shared_from_this<ClientSession> {
+class ClientSession : public ServerMethods, public std::enable_shared_from_this<ClientSession> {
  public:
   // config: the configuration when the client connected, which its limits come from.
   ClientSession(GatewayContext& context, std::shared_ptr<const config::Config> config, workers::LeaseSource& leases,
@@ -55,9 +53,11 @@ class ClientSession : public ServerMethods,
   // instance); completes once the session's tasks are done (bounded).
   asio::awaitable<void> end(std::string why);
 
-  // workers::CallObserver
-  void relay_notification(std::string_view json_text) override;
-  asio::awaitable<void> wait_for_room() override;
+  // What the worker of a call sends meanwhile (robot/log, robot/trace), after the library's pickle policy
+  // (CallRelay, the observer each call hands its lease): to the client, in order, ahead of the answer.
+  void relay_notification(std::string_view json_text);
+  // Room in the client's write queue, which a worker relaying logs waits for (back-pressure).
+  asio::awaitable<void> wait_for_room();
 
   // ServerMethods
   void on_initialize(const Message& request, params::Initialize params) override;

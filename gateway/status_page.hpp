@@ -23,7 +23,7 @@ inline constexpr std::string_view kStatusPagePolicy =
 // How often the page reloads itself, in seconds.
 inline constexpr int kStatusPageRefreshSeconds = 10;
 
-// The page for a snapshot as Server::status_snapshot makes it, with its security headers.
+// The page for a snapshot as status_json (admin.hpp) renders it, with its security headers.
 HttpResponse status_page_response(const boost::json::object& status);
 HttpResponse status_page_stylesheet();
 HttpResponse status_page_icon();
