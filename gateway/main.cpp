@@ -2,8 +2,8 @@
 // worker process of its own.
 #include "common/log.hpp"
 #include "config/config.hpp"
-#include "gateway/server.hpp"
-#include "gateway/systemd.hpp"
+#include "gateway/ops/server.hpp"
+#include "gateway/ops/systemd.hpp"
 #include "workers/supervisor/spawn.hpp"
 
 #include <boost/asio/co_spawn.hpp>

@@ -1,7 +1,7 @@
-// The gateway's argument guard (gateway/argument_guard.hpp): which strings of run_keyword and
+// The gateway's argument guard (gateway/session/argument_guard.hpp): which strings of run_keyword and
 // import_library params are escaped, that every other byte stays as it was, that the params' slices
 // follow the edits, and which kw_args values are refused.
-#include "gateway/argument_guard.hpp"
+#include "gateway/session/argument_guard.hpp"
 
 #include "common/protocol/message.hpp"
 #include "common/pickle/pickle_policy.hpp"

@@ -3,8 +3,8 @@
 // Drives initialize, import, run (with logs), finalize, a worker crash and the end of the session.
 #include "common/protocol/protocol.hpp"
 #include "common/runtime/message_stream.hpp"
-#include "gateway/context.hpp"
-#include "gateway/stream_connection.hpp"
+#include "gateway/session/context.hpp"
+#include "gateway/session/stream_connection.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>

@@ -3,7 +3,7 @@
 // query string, 404/405/500, the size limit (413, then closed), malformed requests (400, then closed),
 // keep-alive and its limit, HTTP/1.0, allow_from (closed without a word), the request and header timeouts,
 // the limits on connections (at once and per address), the room kept for health probes, and stop().
-#include "gateway/http_server.hpp"
+#include "gateway/fronts/http_server.hpp"
 
 #include "config/network.hpp"
 

@@ -3,7 +3,7 @@
 // header), and every kind of malformed header. The reader over real loopback TCP connections: a header and
 // a payload in one segment, a header dribbled a byte at a time, silence, an early close, and garbage, small
 // and large. No timing is asserted; every wait is bounded (kBound) so that a hang fails instead.
-#include "gateway/proxy_protocol.hpp"
+#include "gateway/fronts/proxy_protocol.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>

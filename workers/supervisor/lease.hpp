@@ -31,7 +31,7 @@ class Lease {
   virtual std::string loss() const { return {}; }
   bool lost() const { return !loss().empty(); }
   // server_info.name from the worker's robot/initialize answer ("" when unknown): whether the worker
-  // evaluates argument strings as Robot data follows from it (gateway/argument_guard.hpp).
+  // evaluates argument strings as Robot data follows from it (gateway/session/argument_guard.hpp).
   virtual std::string server_name() const { return {}; }
   // The settings the worker was started with (a reload may have changed the library since the session
   // resolved it); none: the session's own are right (fakes in tests).

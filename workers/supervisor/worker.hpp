@@ -104,7 +104,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // The library it serves: the imported name when a glob entry started it.
   const std::string& library() const { return library_.label(); }
   // server_info.name of its robot/initialize answer ("" when absent): the reference server calls itself
-  // "RobotJsonRpcRemoteServer", and it evaluates argument strings (see gateway/argument_guard.hpp).
+  // "RobotJsonRpcRemoteServer", and it evaluates argument strings (see gateway/session/argument_guard.hpp).
   const std::string& server_name() const { return server_name_; }
   State state() const { return state_.load(std::memory_order_relaxed); }
   // Until its death has been established (stdout closed and exit status collected): a call made

@@ -1,0 +1,37 @@
+#include "gateway/session/pickle_guard.hpp"
+
+#include "common/pickle/pickle_policy.hpp"
+#include "common/protocol/message.hpp"
+
+namespace rjg::gateway {
+namespace {
+
+PickleMode pickle_mode(const config::Library& library) {
+  switch (library.pickle) {
+    case config::PicklePolicy::allow: return PickleMode::allow;
+    case config::PicklePolicy::deny: return PickleMode::deny;
+    case config::PicklePolicy::data_only: break;
+  }
+  return PickleMode::data_only;
+}
+
+}  // namespace
+
+std::optional<PickleRefusal> refuse_pickles(
+    const config::Library& library, std::initializer_list<std::pair<std::string_view, std::string_view>> values) {
+  const auto mode = pickle_mode(library);
+  if (mode == PickleMode::allow) return std::nullopt;
+  for (const auto& [path, text] : values) {
+    // No substring shortcut: a key may spell __pickled__ with \u escapes. No tree either: the text is
+    // walked as it is (NaN, 40-digit integers and all), in time linear in its size.
+    if (text.empty()) continue;
+    if (auto refusal = inspect_pickles_text(text, mode, path)) {
+      json::object data{{"library", library.name}, {"path", refusal->path}, {"reason", refusal->reason}};
+      if (refusal->offset) data["offset"] = *refusal->offset;
+      return PickleRefusal{describe(*refusal, library.name), json::serialize(data)};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace rjg::gateway
