@@ -65,7 +65,9 @@ void Admission::start_accepting(const Listener& listener) {
   asio::co_spawn(io_, accept_tcp(listener.acceptor, address), log_exceptions("listener " + address));
 }
 
-asio::awaitable<void> Admission::accept_tcp(std::shared_ptr<tcp::acceptor> acceptor, std::string address) {
+// Accepts on one listener until it closes or the gateway stops, handing each connection to `take`.
+template <class Acceptor, class Take>
+asio::awaitable<void> Admission::accept_loop(std::shared_ptr<Acceptor> acceptor, std::string address, Take take) {
   while (!stopping_ && acceptor->is_open()) {
     auto [ec, socket] = co_await acceptor->async_accept(asio::as_tuple(asio::use_awaitable));
     // A connection accepted just before its listener closed (a reload) is served all the same.
@@ -77,17 +79,25 @@ asio::awaitable<void> Admission::accept_tcp(std::shared_ptr<tcp::acceptor> accep
       co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
       continue;
     }
+    take(std::move(socket));
+  }
+}
+
+asio::awaitable<void> Admission::accept_tcp(std::shared_ptr<tcp::acceptor> acceptor, std::string address) {
+  return accept_loop(std::move(acceptor), address, [this, address](tcp::socket socket) {
+    boost::system::error_code ec;
     auto peer = socket.remote_endpoint(ec);
-    if (ec) continue;  // already gone
+    if (ec) return;  // already gone
     // A balancer's connection starts with the PROXY header, read without holding up this loop's accepts.
     const auto config = context_.config();  // held: the networks below belong to it
     const auto& balancers = config->gateway.proxy_protocol_from;
     if (!balancers.empty() && allowed(balancers, peer.address())) {
       asio::co_spawn(io_, admit_proxied(std::move(socket), peer, address), log_exceptions("proxied connection"));
-      continue;
+      return;
     }
-    admit_tcp(std::move(socket), peer.address(), fmt::format("{}:{}", address_text(peer.address()), peer.port()), address);
-  }
+    admit_tcp(std::move(socket), peer.address(), fmt::format("{}:{}", address_text(peer.address()), peer.port()),
+              address);
+  });
 }
 
 asio::awaitable<void> Admission::admit_proxied(tcp::socket socket, tcp::endpoint balancer, std::string address) {
@@ -138,15 +148,7 @@ void Admission::admit_tcp(tcp::socket socket, const asio::ip::address& client_ad
 }
 
 asio::awaitable<void> Admission::accept_unix(std::shared_ptr<unix_socket::acceptor> acceptor, std::string address) {
-  while (!stopping_ && acceptor->is_open()) {
-    auto [ec, socket] = co_await acceptor->async_accept(asio::as_tuple(asio::use_awaitable));
-    if (stopping_ || ec == asio::error::operation_aborted) break;
-    if (ec) {
-      log::error("listener {}: accept failed: {}; retrying in 100ms", address, ec.message());
-      asio::steady_timer pause(io_, 100ms);
-      co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
-      continue;
-    }
+  return accept_loop(std::move(acceptor), address, [this, address](unix_socket::socket socket) {
     // Who connected, as the kernel says: the file's mode and group decided that they may; sessions are
     // counted per uid.
     ucred cred{};
@@ -155,11 +157,12 @@ asio::awaitable<void> Admission::accept_unix(std::shared_ptr<unix_socket::accept
     const std::string client = fmt::format("uid {}", cred.uid);
     const std::string peer = fmt::format("{} uid {} pid {}", address, cred.uid, cred.pid);
     const auto config = context_.config();
-    if (!within_limits(socket, config->gateway, client, peer, fmt::format("This user (uid {})", cred.uid))) continue;
+    if (!within_limits(socket, config->gateway, client, peer, fmt::format("This user (uid {})", cred.uid))) return;
+    boost::system::error_code ec;
     const int fd = socket.release(ec);
-    if (ec) continue;
+    if (ec) return;
     sessions_.adopt(fd, client, peer);
-  }
+  });
 }
 
 template <class Socket>

@@ -39,6 +39,8 @@ class Admission {
   using tcp = asio::ip::tcp;
   using unix_socket = Listener::unix_socket;
   void start_accepting(const Listener& listener);
+  template <class Acceptor, class Take>
+  asio::awaitable<void> accept_loop(std::shared_ptr<Acceptor> acceptor, std::string address, Take take);
   asio::awaitable<void> accept_tcp(std::shared_ptr<tcp::acceptor> acceptor, std::string address);
   asio::awaitable<void> accept_unix(std::shared_ptr<unix_socket::acceptor> acceptor, std::string address);
   // A TCP connection whose balancer sends a PROXY header: read within handshake_timeout, then admitted as
