@@ -342,7 +342,7 @@ bool Values::tree(const Value& top, PyValue& out) {
 std::variant<PyValue, std::string> decode_pickle(std::string_view bytes, const PickleLimits& limits) {
   std::size_t offset = 0;
   if (auto why = check_pickle_data_only(bytes, &offset, limits)) return fmt::format("byte {}: {}", offset, *why);
-  Reader reader(bytes, limits);
+  Reader reader(bytes, limits, /*admitted=*/true);
   Values values(reader);
   Machine<Values> machine(reader, values);
   PyValue out;

@@ -95,7 +95,7 @@ bool Reader::next(Instruction& ins) {
       frame_end_ = pos_ + static_cast<std::size_t>(ins.n);
       continue;
     }
-    if (info->text == Text::str && !valid_pickle_utf8(ins.text)) return fail("string is not valid UTF-8");
+    if (!admitted_ && info->text == Text::str && !valid_pickle_utf8(ins.text)) return fail("string is not valid UTF-8");
     return true;
   }
   op_start_ = in_.size();

@@ -27,7 +27,10 @@ struct Instruction {
 
 class Reader {
  public:
-  Reader(std::string_view in, const PickleLimits& limits) : in_(in), limits_(limits) {}
+  // admitted: the stream already passed the checker (the decoder's second pass), so the UTF-8 of its
+  // strings, checked there, is not checked again: that check is most of the work of reading text.
+  Reader(std::string_view in, const PickleLimits& limits, bool admitted = false)
+      : in_(in), limits_(limits), admitted_(admitted) {}
 
   // The next opcode to run (PROTO and FRAME are handled here); false when the stream is refused.
   bool next(Instruction& ins);
@@ -57,6 +60,7 @@ class Reader {
 
   std::string_view in_;
   const PickleLimits& limits_;
+  bool admitted_ = false;
   std::size_t pos_ = 0;
   std::size_t op_start_ = 0;
   unsigned char op_ = 0;
