@@ -289,7 +289,7 @@ std::optional<PickleRefusal> inspect_pickles_text(std::string_view json_text, Pi
   return TextPickleWalker(json_text, mode, path, limits).walk();
 }
 
-std::string describe(const PickleRefusal& r, std::string_view library) {
+std::string describe(const PickleRefusal& r, std::string_view library, std::string_view given_hint) {
   std::string where = r.path.empty() ? "a pickled value" : fmt::format("the pickled value at {}", r.path);
   std::string at = r.offset ? fmt::format(" (pickle byte {})", *r.offset) : "";
   std::string hint =
@@ -298,7 +298,7 @@ std::string describe(const PickleRefusal& r, std::string_view library) {
                         "pickled values through",
                         library)
           : fmt::format("set pickle = \"allow\" for library '{}' to pass it unchecked", library);
-  return fmt::format("{} was refused: {}{}; {}", where, r.reason, at, hint);
+  return fmt::format("{} was refused: {}{}; {}", where, r.reason, at, given_hint.empty() ? hint : std::string(given_hint));
 }
 
 }  // namespace rjg

@@ -68,7 +68,8 @@ std::optional<PickleRefusal> inspect_pickles_text(std::string_view json_text, Pi
                                                   const PickleLimits& limits = {});
 
 // The user-facing message: what was refused, where, and the configuration key that changes it.
-std::string describe(const PickleRefusal& refusal, std::string_view library);
+// `hint` replaces the advice on the configuration key where that key would not help (a classic upstream).
+std::string describe(const PickleRefusal& refusal, std::string_view library, std::string_view hint = {});
 
 // Receives the text values of a pickle (see visit_pickle_strings); returning false stops the walk.
 class PickleTextVisitor {

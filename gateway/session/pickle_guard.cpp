@@ -3,6 +3,8 @@
 #include "common/pickle/pickle_policy.hpp"
 #include "common/protocol/message.hpp"
 
+#include <fmt/format.h>
+
 namespace rjg::gateway {
 namespace {
 
@@ -28,7 +30,16 @@ std::optional<PickleRefusal> refuse_pickles(
     if (auto refusal = inspect_pickles_text(text, mode, path)) {
       json::object data{{"library", library.name}, {"path", refusal->path}, {"reason", refusal->reason}};
       if (refusal->offset) data["offset"] = *refusal->offset;
-      return PickleRefusal{describe(*refusal, library.name), json::serialize(data)};
+      // Behind a classic upstream the bridge carries plain data only, whatever the policy says: "allow"
+      // would not help there, so the advice is what to send instead.
+      const std::string hint =
+          library.classic_upstream.empty() || mode != PickleMode::data_only
+              ? std::string()
+              : fmt::format("library '{}' is a classic remote server ({}), which takes plain data only (Robot's "
+                            "Remote sends no other objects either): pass text, numbers, bytes, dates, or lists "
+                            "and dictionaries of them",
+                            library.name, library.classic_upstream);
+      return PickleRefusal{describe(*refusal, library.name, hint), json::serialize(data)};
     }
   }
   return std::nullopt;

@@ -229,6 +229,17 @@ TEST_F(ClassicUpstreamTest, ArgumentsAreCoercedAsRobotsRemoteCoercesThem) {
   EXPECT_TRUE(contains(error_message_of(element), "<Element 'root'> (args[0]) cannot be sent to a classic remote server"))
       << describe(element);
   EXPECT_TRUE(contains(error_message_of(element), "Element To String")) << describe(element);
+  // An object outside the data-only subset (fractions.Fraction(1, 3)) is refused by the gateway, and the
+  // advice is what to send: pickle = "allow" would not make the bridge carry it.
+  const auto fraction = client.run_keyword(
+      token, "describe",
+      json::array{json::object{{"__pickled__", "80049522000000000000008c096672616374696f6e73948c084672616374696f6e"
+                                               "9493944b014b03869452942e"}}});
+  ASSERT_TRUE(fraction.keyword_error()) << describe(fraction);
+  EXPECT_EQ(fraction.keyword_error()->at("type"), "PickleRefused");
+  EXPECT_TRUE(contains(fraction.failure_message(), "is a classic remote server (http://127.0.0.1:")) << describe(fraction);
+  EXPECT_TRUE(contains(fraction.failure_message(), "pass text, numbers, bytes, dates")) << describe(fraction);
+  EXPECT_FALSE(contains(fraction.failure_message(), "pickle = \"allow\"")) << describe(fraction);
 }
 
 // The definition keeps "*" (NAMED_ONLY_MARKER): the stock client rebuilds Robot's spec from the markers,
