@@ -1,0 +1,278 @@
+"""The fork server's control socket: its wire format, and how a request becomes a worker.
+
+Wire format (version 1). The control socket is an AF_UNIX SOCK_SEQPACKET socket (one end of a
+socketpair the gateway made; its descriptor is --control-fd, 0 by default, so a launcher that passes
+only stdin, stdout and stderr can pass it as stdin). Every message is one packet holding one JSON
+object in UTF-8, at most 65536 bytes; packets keep their boundaries, so no length prefix is needed.
+
+  template -> gateway, once, when the template is ready to fork:
+      {"v": 1, "ready": true, "pid": TEMPLATE_PID, "preloaded": ["MODULE", ...],
+       "not_preloaded": {"MODULE": "REASON", ...}, "python": "3.11.2", "robot": "7.4.2", "server": "0.2.0"}
+      (a template that cannot get ready sends nothing: it says why on stderr and exits with status 3)
+  gateway -> template, one per worker, with exactly three descriptors attached (SCM_RIGHTS):
+      the worker's stdin (read end), stdout (write end) and stderr (write end), in that order:
+      {"v": 1, "id": ID, "rlimits": {"as": N, "nofile": N, "cpu": N, "nproc": N, "core": N}}
+      (ID: any JSON number or string, echoed; every rlimit is optional, each sets soft = hard = N,
+      as a plain start does)
+  template -> gateway, one per request, in request order:
+      {"v": 1, "id": ID, "pid": WORKER_PID}         the worker runs; it is the gateway's child
+      {"v": 1, "id": ID, "error": "TEXT"}           no worker was made; TEXT says why and what to do
+                                                    (ID is null when the request could not be read)
+
+A worker is forked twice (template -> intermediate -> worker) and the intermediate exits at once, so the
+worker is reparented to the gateway, which must be a child subreaper (PR_SET_CHILD_SUBREAPER) and then
+reaps it like any worker. When WORKER_PID is answered, the worker already leads its own process group
+and has its limits; it runs nothing of the library before both are in place. The intermediate is reaped
+before the template answers the next request, so by then the worker is the gateway's child. A request
+the template cannot read (bad JSON, wrong version, not three descriptors) is answered with an error,
+its descriptors are closed, and the template goes on.
+"""
+
+import fcntl
+import json
+import os
+import resource
+import signal
+import socket
+import sys
+import threading
+
+PROTOCOL_VERSION = 1
+MAX_PACKET = 65536
+
+# rlimit names on the wire -> the resource module's constants (their numbers differ between
+# architectures, so the wire carries names).
+RLIMITS = {
+    "as": resource.RLIMIT_AS,
+    "nofile": resource.RLIMIT_NOFILE,
+    "cpu": resource.RLIMIT_CPU,
+    "nproc": resource.RLIMIT_NPROC,
+    "core": resource.RLIMIT_CORE,
+}
+
+
+class BadRequest(ValueError):
+    """A request the template cannot act on; request_id is what to echo (None if unknown)."""
+
+    def __init__(self, request_id, text):
+        super().__init__(text)
+        self.request_id = request_id
+
+
+class Request:
+    def __init__(self, request_id, fds, limits):
+        self.id = request_id
+        self.fds = fds  # stdin, stdout, stderr, received; the template closes them once it has forked
+        self.limits = limits  # [(wire name, resource constant, value)]
+
+
+class ControlSocket:
+    """The template's end of the control socketpair."""
+
+    def __init__(self, fd):
+        """Raises ValueError saying what is wrong with the descriptor."""
+        try:
+            self.socket = socket.socket(fileno=fd)
+        except OSError as error:
+            raise ValueError(f"descriptor {fd} is not a socket ({error.strerror})") from None
+        if self.socket.family != socket.AF_UNIX or self.socket.type != socket.SOCK_SEQPACKET:
+            raise ValueError(f"descriptor {fd} is not a Unix SOCK_SEQPACKET socket")
+
+    def send(self, message):
+        self.socket.send(json.dumps(message, separators=(",", ":")).encode())
+
+    def answer(self, request_id, pid=None, error=None):
+        message = {"v": PROTOCOL_VERSION, "id": request_id}
+        if error is None:
+            message["pid"] = pid
+        else:
+            message["error"] = error
+        self.send(message)
+
+    def receive(self):
+        """The next Request; None when the gateway closed its end. Raises BadRequest (descriptors closed)."""
+        fd_size = socket.CMSG_SPACE(16 * 4)  # room for more than three, so extra ones are seen and closed
+        data, ancillary, flags, _ = self.socket.recvmsg(MAX_PACKET, fd_size, socket.MSG_CMSG_CLOEXEC)
+        fds = []
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(payload) - len(payload) % 4
+                fds.extend(int.from_bytes(payload[i:i + 4], sys.byteorder, signed=True)
+                           for i in range(0, usable, 4))
+        if not data and not fds:
+            return None
+        try:
+            return parse_request(data, fds, flags)
+        except BadRequest:
+            for fd in fds:
+                os.close(fd)
+            raise
+
+    def detach(self):
+        # In a worker: it must not hold the gateway's end open, nor let the socket object close some
+        # later descriptor that reuses its number.
+        self.socket.detach()
+        self.socket = None
+
+
+def parse_request(data, fds, flags):
+    request_id = None
+    try:
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            raise ValueError(f"the request was longer than {MAX_PACKET} bytes or carried too many descriptors")
+        request = json.loads(data)
+        if not isinstance(request, dict):
+            raise ValueError("a request is a JSON object")
+        request_id = request.get("id")
+        if request.get("v") != PROTOCOL_VERSION:
+            raise ValueError(f"this fork server speaks version {PROTOCOL_VERSION} of the request format, "
+                             f"not {request.get('v')!r}: the gateway and this program come from different "
+                             "releases; install them together")
+        if len(fds) != 3:
+            raise ValueError(f"a request carries 3 descriptors (stdin, stdout, stderr), not {len(fds)}")
+        rlimits = request.get("rlimits")
+        return Request(request_id, fds, limits_of({} if rlimits is None else rlimits))
+    except ValueError as error:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too
+        raise BadRequest(request_id, f"bad request: {error}") from None
+
+
+def limits_of(rlimits):
+    if not isinstance(rlimits, dict):
+        raise ValueError("rlimits is a JSON object")
+    limits = []
+    for key, value in rlimits.items():
+        if key not in RLIMITS:
+            raise ValueError(f"unknown rlimit '{key}' (known: {', '.join(RLIMITS)})")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"rlimit '{key}' must be a non-negative integer, not {value!r}")
+        limits.append((key, RLIMITS[key], value))
+    return limits
+
+
+def thread_count():
+    # threading.active_count() misses threads started by C extensions (a BLAS pool, a gRPC core): the
+    # kernel's list of the process's tasks does not.
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+class ForkError(Exception):
+    """No worker was made; the message says why and what to do."""
+
+
+class Forker:
+    """Forks workers: template -> intermediate -> worker."""
+
+    def __init__(self, name, control):
+        self.name = name
+        self.control = control
+        self.intermediate_pid = 0  # forked, reported, not yet reaped
+
+    def fork(self, request):
+        """Like os.fork(): the worker's pid in the template, 0 in the worker. Raises ForkError.
+
+        In the worker, descriptors 0, 1 and 2 are the request's and no other is open, the control
+        socket is detached, and the worker leads its own process group with the request's limits.
+        """
+        threads = thread_count()
+        if threads > 1:
+            raise ForkError(f"the fork server for library '{self.name}' has {threads - 1} thread(s) besides its "
+                            "main one and cannot fork safely: something it imported started them; set "
+                            "fork_server = false for this library or remove that module from `preload`")
+        # The intermediate reports the worker's pid (or why there is none) through this pipe; the worker
+        # waits on the other one until the intermediate has placed it in its group and set its limits.
+        report_r, report_w = os.pipe2(os.O_CLOEXEC)
+        go_r, go_w = os.pipe2(os.O_CLOEXEC)
+        sys.stdout.flush()  # nothing buffered may be written twice
+        sys.stderr.flush()
+        try:
+            intermediate = os.fork()
+        except OSError as error:
+            for fd in (report_r, report_w, go_r, go_w):
+                os.close(fd)
+            raise ForkError(f"cannot fork a worker: {error.strerror}; the machine is short of processes or "
+                            "memory") from None
+        if intermediate == 0:
+            os.close(report_r)
+            self._intermediate(report_w, go_r, go_w, request)  # returns only in the worker
+            return 0
+        os.close(report_w)
+        os.close(go_r)
+        os.close(go_w)
+        try:
+            # One read: the intermediate writes its whole report at once (below PIPE_BUF, so atomically).
+            # Reading on to the end of the pipe would wait for the worker, which holds a copy of the
+            # write end until it first runs.
+            report = os.read(report_r, 4096)
+        finally:
+            os.close(report_r)
+        text = report.decode(errors="replace")
+        if not text:
+            _, status = os.waitpid(intermediate, 0)
+            raise ForkError(f"cannot fork a worker: the intermediate process ended with status {status} "
+                            "before reporting")
+        # Reaped by reap_intermediate(), once the answer has gone: its exit is slow (it tears down its
+        # copy of the template's memory) and tells nothing the report did not.
+        self.intermediate_pid = intermediate
+        if text.startswith("pid "):
+            return int(text[4:])
+        raise ForkError(text)
+
+    def reap_intermediate(self):
+        if self.intermediate_pid:
+            os.waitpid(self.intermediate_pid, 0)
+            self.intermediate_pid = 0
+
+    def _intermediate(self, report_w, go_r, go_w, request):
+        # This process lives only to be the worker's parent for a moment: it forks, sets the worker up,
+        # reports and leaves by os._exit, so none of the template's exit handlers or buffers run twice.
+        try:
+            try:
+                worker = os.fork()
+            except OSError as error:
+                os.write(report_w, f"cannot fork a worker: {error.strerror}; the machine is short of "
+                         "processes or memory".encode())
+                os._exit(1)
+            if worker == 0:
+                os.close(go_w)
+                os.close(report_w)
+                self._become_worker(go_r, request.fds)
+                return
+            os.close(go_r)
+            # Both sides set the group, so it is in place whichever runs first: the gateway may signal
+            # the group as soon as it has the pid.
+            try:
+                os.setpgid(worker, worker)
+            except OSError:
+                pass  # it died already: the gateway hears of that when it reaps it
+            for key, number, value in request.limits:
+                try:
+                    resource.prlimit(worker, number, (value, value))
+                except (OSError, ValueError) as error:
+                    os.kill(worker, signal.SIGKILL)
+                    os.waitpid(worker, 0)
+                    os.write(report_w, f"cannot set rlimit '{key}' to {value} on the new worker: "
+                             f"{getattr(error, 'strerror', None) or error}; lower it in the library's rlimits "
+                             "(a limit cannot be raised above the gateway's own hard limit)".encode())
+                    os._exit(1)
+            os.write(report_w, f"pid {worker}".encode())
+            # Closed before exiting: tearing down this process's copy of the template's memory takes
+            # longer than everything else it did, and the worker need not wait for that.
+            os.close(go_w)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+
+    def _become_worker(self, go_r, fds):
+        os.setpgid(0, 0)
+        self.control.detach()
+        # Above 2 first: a received descriptor may itself be 0, 1 or 2 when the template's own were closed.
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3) for fd in fds]
+        for target, fd in enumerate(high):
+            os.dup2(fd, target, inheritable=True)
+        while os.read(go_r, 1):  # until the intermediate is done: group and limits are in place
+            pass
+        # Only stdin, stdout and stderr, as a plain start gets them.
+        os.closerange(3, 1 << 30)
