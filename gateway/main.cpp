@@ -4,7 +4,7 @@
 #include "config/config.hpp"
 #include "gateway/ops/server.hpp"
 #include "gateway/ops/systemd.hpp"
-#include "workers/supervisor/spawn.hpp"
+#include "gateway/supervisor/spawn.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/executor_work_guard.hpp>

@@ -7,8 +7,8 @@
 #include "gateway/ops/heartbeat.hpp"
 #include "gateway/fronts/http_server.hpp"
 #include "gateway/ops/session_table.hpp"
-#include "workers/supervisor/metrics.hpp"
-#include "workers/supervisor/pool.hpp"
+#include "gateway/supervisor/metrics.hpp"
+#include "gateway/supervisor/pool.hpp"
 
 #include <boost/json/object.hpp>
 

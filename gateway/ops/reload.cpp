@@ -7,7 +7,7 @@
 #include "gateway/fronts/http_server.hpp"
 
 #include "common/log.hpp"
-#include "workers/supervisor/spawn.hpp"
+#include "gateway/supervisor/spawn.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

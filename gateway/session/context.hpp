@@ -7,9 +7,9 @@
 #include "config/config.hpp"
 #include "gateway/fronts/client_counts.hpp"
 #include "gateway/session/router.hpp"
-#include "workers/supervisor/pool.hpp"
-#include "workers/supervisor/reaper.hpp"
-#include "workers/supervisor/worker.hpp"
+#include "gateway/supervisor/pool.hpp"
+#include "gateway/supervisor/reaper.hpp"
+#include "gateway/supervisor/worker.hpp"
 
 #include <atomic>
 #include <memory>

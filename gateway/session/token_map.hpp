@@ -7,8 +7,8 @@
 #include "common/protocol/params.hpp"
 #include "common/runtime/async_event.hpp"
 #include "config/config.hpp"
-#include "workers/supervisor/metrics.hpp"
-#include "workers/supervisor/lease.hpp"
+#include "gateway/supervisor/metrics.hpp"
+#include "gateway/supervisor/lease.hpp"
 
 #include <memory>
 #include <optional>

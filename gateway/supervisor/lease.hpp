@@ -6,7 +6,7 @@
 
 #include "common/protocol/message.hpp"
 #include "config/config.hpp"
-#include "workers/supervisor/worker.hpp"
+#include "gateway/supervisor/worker.hpp"
 
 #include <boost/asio/awaitable.hpp>
 

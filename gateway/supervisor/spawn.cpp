@@ -1,4 +1,4 @@
-#include "workers/supervisor/spawn.hpp"
+#include "gateway/supervisor/spawn.hpp"
 
 #include "common/process/child.hpp"
 

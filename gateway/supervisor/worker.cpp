@@ -1,4 +1,4 @@
-#include "workers/supervisor/worker.hpp"
+#include "gateway/supervisor/worker.hpp"
 
 #include "common/log.hpp"
 #include "common/protocol/protocol.hpp"

@@ -1,4 +1,4 @@
-#include "workers/supervisor/metrics.hpp"
+#include "gateway/supervisor/metrics.hpp"
 
 #include <fmt/format.h>
 

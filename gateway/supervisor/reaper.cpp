@@ -1,4 +1,4 @@
-#include "workers/supervisor/reaper.hpp"
+#include "gateway/supervisor/reaper.hpp"
 
 #include "common/log.hpp"
 

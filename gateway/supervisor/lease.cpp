@@ -1,12 +1,12 @@
 // The pool's lease: every lifecycle rule that follows from what a session does with its import.
-#include "workers/supervisor/lease.hpp"
+#include "gateway/supervisor/lease.hpp"
 
 #include "common/protocol/json_text.hpp"
 
 #include "common/log.hpp"
 #include "common/protocol/protocol.hpp"
 #include "common/runtime/loops.hpp"
-#include "workers/supervisor/pool.hpp"
+#include "gateway/supervisor/pool.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/dispatch.hpp>

@@ -5,10 +5,10 @@
 
 #include "common/runtime/async_event.hpp"
 #include "config/config.hpp"
-#include "workers/supervisor/lease.hpp"
-#include "workers/supervisor/metrics.hpp"
-#include "workers/supervisor/reaper.hpp"
-#include "workers/supervisor/worker.hpp"
+#include "gateway/supervisor/lease.hpp"
+#include "gateway/supervisor/metrics.hpp"
+#include "gateway/supervisor/reaper.hpp"
+#include "gateway/supervisor/worker.hpp"
 
 #include <chrono>
 #include <deque>

@@ -1,4 +1,4 @@
-#include "workers/supervisor/pool.hpp"
+#include "gateway/supervisor/pool.hpp"
 
 #include "common/log.hpp"
 #include "common/protocol/json_text.hpp"

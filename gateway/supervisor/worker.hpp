@@ -8,8 +8,8 @@
 #include "common/runtime/handoff.hpp"
 #include "common/runtime/message_stream.hpp"
 #include "config/config.hpp"
-#include "workers/supervisor/reaper.hpp"
-#include "workers/supervisor/spawn.hpp"
+#include "gateway/supervisor/reaper.hpp"
+#include "gateway/supervisor/spawn.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/readable_pipe.hpp>
