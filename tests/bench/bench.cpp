@@ -7,7 +7,7 @@
 // session set-up time. With --data DIR it also writes the figures as .dat files for gnuplot
 // (deploy/bench.sh draws them). Absolute numbers vary between runs and machines; ratios are printed
 // next to them. It never fails on numbers: the exit code is 0 unless a phase could not run at all.
-#include "gateway/cli/client.hpp"
+#include "common/client/client.hpp"
 #include "tests/bench/loadgen.hpp"
 #include "tests/bench/parser_flood.hpp"
 #include "tests/bench/probes.hpp"

@@ -6,7 +6,7 @@
 // workers gone, the prewarmed ones refilled), so that both see the same machine. The native test
 // worker is always measured; Python's reference server too when `python3 -c 'import
 // robot_jsonrpcremote_server'` works. Prints a table; never fails on numbers.
-#include "gateway/cli/client.hpp"
+#include "common/client/client.hpp"
 #include "tests/integration/harness.hpp"
 
 #include <fmt/format.h>

@@ -3,7 +3,7 @@
 // Every wait is bounded; no test depends on how fast anything is.
 #pragma once
 
-#include "gateway/cli/client.hpp"
+#include "common/client/client.hpp"
 
 #include <sys/types.h>
 

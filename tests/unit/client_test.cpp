@@ -2,7 +2,7 @@
 // among stray messages, error responses without id, deadlines that leave a partly received frame in
 // place, frames counted as they arrive, the peer closing (cleanly or mid-frame), bad bytes, raw writes,
 // a server that does not read, and reconnecting.
-#include "gateway/cli/client.hpp"
+#include "common/client/client.hpp"
 
 #include "common/protocol/framing.hpp"
 #include "common/protocol/protocol.hpp"

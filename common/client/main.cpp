@@ -1,6 +1,6 @@
 // robot-jsonrpc-cli: talks the Robot Framework JSON-RPC remote protocol to any server (the gateway
 // or the reference server) from a shell: list libraries, show keywords, run one keyword.
-#include "gateway/cli/client.hpp"
+#include "common/client/client.hpp"
 #include "common/pickle/python_json.hpp"
 #include "common/protocol/protocol.hpp"
 

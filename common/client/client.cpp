@@ -1,4 +1,4 @@
-#include "gateway/cli/client.hpp"
+#include "common/client/client.hpp"
 
 #include "common/protocol/protocol.hpp"
 #include "common/runtime/message_stream.hpp"
