@@ -60,7 +60,7 @@ struct ResourceLimits {
 struct Library {
   std::string name;
   // command[0] without a slash is looked up in PATH (then next to the gateway) by --check-config and again
-  // at each worker start, by the same function (workers::resolve_command); with a slash it has been made
+  // at each worker start, by the same function (supervisor::resolve_command); with a slash it has been made
   // absolute against the configuration file's directory.
   std::vector<std::string> command;  // empty when `upstream` is set
   // A server of the protocol elsewhere, instead of a worker process: "tcp://HOST:PORT" ({library} may stand

@@ -76,7 +76,7 @@ int check_config(const std::string& path) {
     auto config = rjg::config::load_file(path);
     // Every command resolved as a worker start would resolve it (same function, same environment):
     // a worker that cannot start is found now, not at the first import.
-    auto problems = rjg::workers::check_libraries(config);
+    auto problems = rjg::gateway::supervisor::check_libraries(config);
     if (!problems.empty()) {
       for (const auto& problem : problems) std::fprintf(stderr, "%s\n", problem.c_str());
       std::fprintf(stderr, "%s: %zu problem(s); these libraries' workers cannot start\n", path.c_str(),
@@ -87,7 +87,7 @@ int check_config(const std::string& path) {
     for (const auto& lib : config.libraries) {
       std::string serves = lib.is_upstream()                                          ? "upstream " + lib.upstream
                            : lib.command.at(0).find("{library}") != std::string::npos ? lib.command.at(0)
-                                                                                       : *rjg::workers::resolve_command(lib.command.at(0)).path;
+                                                                                       : *rjg::gateway::supervisor::resolve_command(lib.command.at(0)).path;
       names += (names.empty() ? "" : ", ") + lib.name + ": " + serves;
     }
     std::fprintf(stderr, "%s: OK: %zu libraries (%s)\n", path.c_str(), config.libraries.size(), names.c_str());
@@ -170,8 +170,8 @@ int run(const std::string& path, bool stdio = false) {
                    std::strerror(errno));
 
   // Before any thread or child exists: the variables are taken out of the environment.
-  auto notifier = rjg::gateway::SystemdNotifier::from_environment();
-  auto passed = rjg::gateway::PassedSockets::from_environment();
+  auto notifier = rjg::gateway::ops::SystemdNotifier::from_environment();
+  auto passed = rjg::gateway::ops::PassedSockets::from_environment();
 
   // Loop 0 (this thread) accepts and runs the pools, the reaper and the drain; sessions are spread over
   // all loops. Each loop is one io_context run by one thread, so nothing of a loop needs a lock.
@@ -191,7 +191,7 @@ int run(const std::string& path, bool stdio = false) {
   // SIGHUP is caught from here on (asio keeps one that arrives before the handler below waits): its
   // default action would end the gateway, and a reload may race the start.
   boost::asio::signal_set hangups(io, SIGHUP);
-  rjg::gateway::Server server(io, config, RJG_VERSION, loops);
+  rjg::gateway::ops::Server server(io, config, RJG_VERSION, loops);
   try {
     // The admin endpoint first: once the client port accepts, /readyz and /livez answer too.
     server.listen_admin(passed);
@@ -220,7 +220,7 @@ int run(const std::string& path, bool stdio = false) {
   server.start();
   server.set_ready();
   // Every listener is bound and prewarming has begun: systemd may start what depends on the gateway.
-  rjg::gateway::ServiceNotifications notifications(std::move(notifier), loops, [&server] { return server.status_text(); });
+  rjg::gateway::ops::ServiceNotifications notifications(std::move(notifier), loops, [&server] { return server.status_text(); });
   notifications.ready();
 
   // SIGHUP: reload the file. Handled here, on loop 0, where the listeners and the pools live; each signal
@@ -253,7 +253,7 @@ int run(const std::string& path, bool stdio = false) {
           co_await server.shutdown([&] { notifications.stopping(); });
         },
         [&](std::exception_ptr e) {
-          rjg::log_exceptions("stdio session")(e);
+          rjg::runtime::log_exceptions("stdio session")(e);
           if (stdio_ended) {
             signals.cancel();
             hangups.cancel();
@@ -272,7 +272,7 @@ int run(const std::string& path, bool stdio = false) {
     } else if (++received == 1) {
       rjg::log::info("received {}: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
       boost::asio::co_spawn(io, server.shutdown([&] { notifications.stopping(); }), [&](std::exception_ptr e) {
-        rjg::log_exceptions("shutdown")(e);
+        rjg::runtime::log_exceptions("shutdown")(e);
         signals.cancel();
         hangups.cancel();
         io.stop();

@@ -14,7 +14,7 @@
 #include <charconv>
 #include <deque>
 
-namespace rjg {
+namespace rjg::client {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
@@ -82,14 +82,14 @@ bool parse_tcp_uri(std::string_view uri, std::string& host, std::uint16_t& port)
 }
 
 struct RpcClient::Impl {
-  using Stream = MessageStream<tcp::socket>;
+  using Stream = runtime::MessageStream<tcp::socket>;
 
   asio::io_context io{1};
   std::optional<Stream> stream;  // while connected (until close())
   bool writer_running = false;
   std::string peer;  // "host:port", for messages
   std::chrono::milliseconds timeout;
-  std::deque<Message> pending;  // received, not yet handed out
+  std::deque<protocol::Message> pending;  // received, not yet handed out
   bool eof = false;
   std::uint64_t next_id = 1;
   std::string client_name = "robot-jsonrpc-gateway client";
@@ -118,7 +118,7 @@ struct RpcClient::Impl {
   }
 
   void connected(tcp::socket socket) {
-    stream.emplace(StreamOptions{}, std::move(socket));
+    stream.emplace(runtime::StreamOptions{}, std::move(socket));
     writer_running = true;
     asio::co_spawn(io, stream->run_writer(), [this](std::exception_ptr) { writer_running = false; });
   }
@@ -168,12 +168,12 @@ struct RpcClient::Impl {
 
   // One read() of the stream, up to the deadline. At the deadline the read is cancelled
   // (Incoming::Kind::cancelled): bytes already received stay in the stream's buffer.
-  Incoming read_one(Clock::time_point deadline) {
-    std::optional<Incoming> result;
+  runtime::Incoming read_one(Clock::time_point deadline) {
+    std::optional<runtime::Incoming> result;
     std::exception_ptr failure;
     asio::cancellation_signal cancel;
     asio::co_spawn(io, stream->read(),
-                   asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, Incoming in) {
+                   asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, runtime::Incoming in) {
                      if (e) failure = e;
                      else result = std::move(in);
                    }));
@@ -195,8 +195,8 @@ struct RpcClient::Impl {
         if (e.code() != asio::error::operation_aborted)
           throw RpcError(RpcError::Kind::io, fmt::format("read from {} failed: {}", peer, e.what()));
       }
-      Incoming in;
-      in.kind = Incoming::Kind::cancelled;
+      runtime::Incoming in;
+      in.kind = runtime::Incoming::Kind::cancelled;
       return in;
     }
     return std::move(*result);
@@ -209,24 +209,24 @@ struct RpcClient::Impl {
     if (eof) return false;
     bool received = false;
     for (;;) {
-      Incoming in = read_one(received ? Clock::now() : deadline);
+      runtime::Incoming in = read_one(received ? Clock::now() : deadline);
       switch (in.kind) {
-        case Incoming::Kind::message:
+        case runtime::Incoming::Kind::message:
           pending.push_back(std::move(*in.message));
           received = true;
           if (stream->buffered() == 0) return true;
           break;
-        case Incoming::Kind::invalid:
+        case runtime::Incoming::Kind::invalid:
           throw RpcError(RpcError::Kind::protocol, fmt::format("invalid message from {}: {} (body: {})", peer,
                                                                in.problem->message, shorten(in.body)));
-        case Incoming::Kind::framing_error:
+        case runtime::Incoming::Kind::framing_error:
           throw RpcError(RpcError::Kind::framing, fmt::format("bad frame from {}: {}", peer, in.error));
-        case Incoming::Kind::closed:
+        case runtime::Incoming::Kind::closed:
           if (!peer_gone(in.read_error))
             throw RpcError(RpcError::Kind::io, fmt::format("read from {} failed: {}", peer, in.error));
           eof = true;
           return true;
-        case Incoming::Kind::cancelled:
+        case runtime::Incoming::Kind::cancelled:
           return received;
       }
     }
@@ -236,7 +236,7 @@ struct RpcClient::Impl {
   // the two ever disagree, the message is a protocol error here like any other the client cannot read,
   // not a Boost exception out of a blocking call.
   template <typename View>
-  auto tree(const Message& m, View view) -> decltype(view(m)) {
+  auto tree(const protocol::Message& m, View view) -> decltype(view(m)) {
     try {
       return view(m);
     } catch (const boost::system::system_error& e) {
@@ -254,11 +254,11 @@ struct RpcClient::Impl {
     return ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
   }
 
-  std::optional<Message> next_message(std::chrono::milliseconds t) {
+  std::optional<protocol::Message> next_message(std::chrono::milliseconds t) {
     auto deadline = Clock::now() + t;
     for (;;) {
       if (!pending.empty()) {
-        Message m = std::move(pending.front());
+        protocol::Message m = std::move(pending.front());
         pending.pop_front();
         return m;
       }
@@ -323,7 +323,7 @@ json::value RpcClient::send_request(std::string_view method, json::value params)
 }
 
 void RpcClient::send_request_with_id(const json::value& id, std::string_view method, json::value params) {
-  impl_->send(make_request(id, method, params));
+  impl_->send(protocol::make_request(id, method, params));
 }
 
 RpcReply RpcClient::wait_reply(const json::value& id, const NotificationHandler& on_notification,
@@ -332,7 +332,7 @@ RpcReply RpcClient::wait_reply(const json::value& id, const NotificationHandler&
   if (timeout.count() <= 0) timeout = s.timeout;
   auto deadline = Clock::now() + timeout;
   // Stray messages kept earlier may include the answer.
-  std::deque<Message> kept;
+  std::deque<protocol::Message> kept;
   auto restore = [&] {
     for (auto it = kept.rbegin(); it != kept.rend(); ++it) s.pending.push_front(std::move(*it));
     kept.clear();
@@ -340,24 +340,24 @@ RpcReply RpcClient::wait_reply(const json::value& id, const NotificationHandler&
   try {
     for (;;) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      std::optional<Message> m = s.next_message(std::max(left, 0ms));
+      std::optional<protocol::Message> m = s.next_message(std::max(left, 0ms));
       if (!m)
         throw RpcError(RpcError::Kind::timeout,
-                       fmt::format("no answer to request id {} from {} within {} ms", id_to_string(id), s.peer,
+                       fmt::format("no answer to request id {} from {} within {} ms", protocol::id_to_string(id), s.peer,
                                    timeout.count()));
       switch (m->kind) {
-        case Message::Kind::notification:
+        case protocol::Message::Kind::notification:
           if (on_notification) on_notification(*m);
           break;
-        case Message::Kind::response:
-        case Message::Kind::error_response: {
-          const bool is_error = m->kind == Message::Kind::error_response;
-          json::value answered = s.tree(*m, [](const Message& x) { return x.id(); });
+        case protocol::Message::Kind::response:
+        case protocol::Message::Kind::error_response: {
+          const bool is_error = m->kind == protocol::Message::Kind::error_response;
+          json::value answered = s.tree(*m, [](const protocol::Message& x) { return x.id(); });
           if (answered == id || (is_error && answered.is_null())) {
             RpcReply reply;
             reply.id = std::move(answered);
-            if (is_error) reply.error = s.tree(*m, [](const Message& x) { return x.error(); });
-            else reply.result = s.tree(*m, [](const Message& x) { return x.result(); });
+            if (is_error) reply.error = s.tree(*m, [](const protocol::Message& x) { return x.error(); });
+            else reply.result = s.tree(*m, [](const protocol::Message& x) { return x.result(); });
             reply.text = m->text();
             restore();
             return reply;
@@ -365,7 +365,7 @@ RpcReply RpcClient::wait_reply(const json::value& id, const NotificationHandler&
           kept.push_back(std::move(*m));
           break;
         }
-        case Message::Kind::request:
+        case protocol::Message::Kind::request:
           kept.push_back(std::move(*m));
           break;
       }
@@ -388,12 +388,12 @@ RpcReply RpcClient::request_with_id(const json::value& id, std::string_view meth
 }
 
 void RpcClient::notify(std::string_view method, json::value params) {
-  impl_->send(make_notification(method, params));
+  impl_->send(protocol::make_notification(method, params));
 }
 
 void RpcClient::send_raw(std::string_view bytes) { impl_->send_raw(std::string(bytes)); }
 
-std::optional<Message> RpcClient::read_message(std::chrono::milliseconds timeout) {
+std::optional<protocol::Message> RpcClient::read_message(std::chrono::milliseconds timeout) {
   if (timeout.count() < 0) timeout = impl_->timeout;
   return impl_->next_message(timeout);
 }
@@ -451,4 +451,4 @@ RpcReply RpcClient::shutdown() { return request(protocol::kShutdown, json::objec
 
 void RpcClient::exit() { notify(protocol::kExit, json::object{}); }
 
-}  // namespace rjg
+}  // namespace rjg::client

@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-namespace rjg {
+namespace rjg::client {
 
 namespace json = boost::json;
 
@@ -71,7 +71,7 @@ struct RpcReply {
 
 class RpcClient {
  public:
-  using NotificationHandler = std::function<void(const Message&)>;
+  using NotificationHandler = std::function<void(const protocol::Message&)>;
   using Clock = std::chrono::steady_clock;
 
   static constexpr std::chrono::milliseconds kDefaultTimeout{30'000};
@@ -116,7 +116,7 @@ class RpcClient {
   // The next message (kept stray messages first); nullopt when none arrives within timeout.
   // Throws RpcError{closed} if the peer closed the connection, RpcError{framing|protocol} on bad
   // bytes. timeout < 0 means the default; 0 means only what is already there (poll).
-  std::optional<Message> read_message(std::chrono::milliseconds timeout = std::chrono::milliseconds{-1});
+  std::optional<protocol::Message> read_message(std::chrono::milliseconds timeout = std::chrono::milliseconds{-1});
   // True once the peer has closed the connection (EOF or reset) within timeout; messages that arrive
   // meanwhile are kept for read_message().
   bool wait_closed(std::chrono::milliseconds timeout);
@@ -143,4 +143,4 @@ class RpcClient {
 // "tcp://HOST:PORT" or "HOST:PORT" -> host and port; false if malformed.
 bool parse_tcp_uri(std::string_view uri, std::string& host, std::uint16_t& port);
 
-}  // namespace rjg
+}  // namespace rjg::client

@@ -18,8 +18,8 @@
 namespace {
 
 namespace json = boost::json;
-using rjg::RpcClient;
-using rjg::RpcReply;
+using rjg::client::RpcClient;
+using rjg::client::RpcReply;
 
 constexpr int kExitOk = 0;
 constexpr int kExitKeywordFailed = 1;
@@ -254,7 +254,7 @@ class Session {
   json::object initialize() {
     try {
       init_ = client_.initialize();
-    } catch (const rjg::RpcCallError& e) {
+    } catch (const rjg::client::RpcCallError& e) {
       throw ServerError{fmt::format("robot/initialize failed: {} (JSON-RPC error {})", e.server_message(), e.code())};
     }
     return init_;
@@ -275,7 +275,7 @@ class Session {
   }
 
   RpcReply run(const std::string& keyword, json::array args, json::object kwargs) {
-    return client_.run_keyword(*token_, keyword, std::move(args), std::move(kwargs), [](const rjg::Message& m) {
+    return client_.run_keyword(*token_, keyword, std::move(args), std::move(kwargs), [](const rjg::protocol::Message& m) {
       if (m.method() != rjg::protocol::kLog && m.method() != rjg::protocol::kTrace) return;
       std::string level = "INFO";
       std::string message;
@@ -419,7 +419,7 @@ int main(int argc, char** argv) {
     return cmd_run(options);
   } catch (const ServerError& e) {
     std::cerr << "robot-jsonrpc-cli: " << e.message << "\n";
-  } catch (const rjg::RpcError& e) {
+  } catch (const rjg::client::RpcError& e) {
     std::cerr << "robot-jsonrpc-cli: " << e.what() << "\n";
   } catch (const std::exception& e) {
     std::cerr << "robot-jsonrpc-cli: " << e.what() << "\n";

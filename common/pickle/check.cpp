@@ -296,7 +296,7 @@ class Types {
 }  // namespace
 }  // namespace rjg::pickle
 
-namespace rjg {
+namespace rjg::pickle {
 
 std::optional<std::string> check_pickle_data_only(std::string_view bytes, std::size_t* offset,
                                                   const PickleLimits& limits) {
@@ -308,4 +308,4 @@ std::optional<std::string> check_pickle_data_only(std::string_view bytes, std::s
   return std::move(reader.error());
 }
 
-}  // namespace rjg
+}  // namespace rjg::pickle

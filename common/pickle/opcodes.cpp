@@ -103,7 +103,7 @@ std::string op_name(unsigned char op) {
 
 }  // namespace rjg::pickle
 
-namespace rjg {
+namespace rjg::pickle {
 
 std::optional<std::string> visit_pickle_strings(std::string_view in, PickleTextVisitor& visitor) {
   using namespace pickle;
@@ -151,4 +151,4 @@ std::optional<std::string> visit_pickle_strings(std::string_view in, PickleTextV
   return "pickle ends without STOP";
 }
 
-}  // namespace rjg
+}  // namespace rjg::pickle

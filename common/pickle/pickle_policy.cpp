@@ -13,7 +13,7 @@
 #include <limits>
 #include <vector>
 
-namespace rjg {
+namespace rjg::pickle {
 namespace {
 
 namespace json = boost::json;
@@ -122,32 +122,32 @@ class PickleWalker {
 
 // The same check over a JSON text, driven by the scanner's events. An object's members are only all
 // known when it closes, so that is where an object with "__pickled__" is judged.
-class TextPickleWalker final : public jsontext::Visitor {
+class TextPickleWalker final : public protocol::Visitor {
  public:
   TextPickleWalker(std::string_view text, PickleMode mode, std::string_view base, const PickleLimits& limits)
       : text_(text), mode_(mode), base_(base), limits_(limits) {}
 
   std::optional<PickleRefusal> walk() {
-    if (auto error = jsontext::walk(text_, *this, jsontext::Limits{std::numeric_limits<std::size_t>::max()}))
+    if (auto error = protocol::walk(text_, *this, protocol::Limits{std::numeric_limits<std::size_t>::max()}))
       return PickleRefusal{std::string(base_),
                            fmt::format("the value is not valid JSON: {} (at byte {})", error->message, error->offset),
                            std::nullopt, mode_};
     return std::move(refusal_);
   }
 
-  bool begin(jsontext::Kind kind, std::size_t) override {
+  bool begin(protocol::Kind kind, std::size_t) override {
     if (!frames_.empty()) {
       Frame& parent = frames_.back();
       steps_.push_back(parent.object ? Step{parent.key, 0, true} : Step{{}, parent.index, false});
       if (parent.object && parent.key_is_pickled) parent.pickled_kind = kind;
     }
     Frame frame;
-    frame.object = kind == jsontext::Kind::object;
+    frame.object = kind == protocol::Kind::object;
     frames_.push_back(std::move(frame));
     return true;
   }
 
-  bool key(jsontext::Slice literal) override {
+  bool key(protocol::Slice literal) override {
     Frame& f = frames_.back();
     f.key = literal;
     f.key_is_pickled = is_pickled_key(literal.of(text_));
@@ -157,7 +157,7 @@ class TextPickleWalker final : public jsontext::Visitor {
     return true;
   }
 
-  bool scalar(jsontext::Kind kind, jsontext::Slice value) override {
+  bool scalar(protocol::Kind kind, protocol::Slice value) override {
     if (frames_.empty()) return true;
     Frame& parent = frames_.back();
     if (parent.object && parent.key_is_pickled) {
@@ -171,7 +171,7 @@ class TextPickleWalker final : public jsontext::Visitor {
   // A pickled object is judged as a whole, as the tree walker does: its verdict replaces whatever was
   // found inside it. Otherwise the first refusal found inside a container is the container's. The walk
   // goes on to the end (an enclosing object may yet turn out to be pickled).
-  bool end(jsontext::Kind, jsontext::Slice) override {
+  bool end(protocol::Kind, protocol::Slice) override {
     Frame& f = frames_.back();
     std::optional<PickleRefusal> refusal = std::move(f.refusal);
     const bool wanted = frames_.size() == 1 ? !refusal_ : !frames_[frames_.size() - 2].refusal;
@@ -197,17 +197,17 @@ class TextPickleWalker final : public jsontext::Visitor {
   struct Frame {
     bool object = false;
     std::size_t index = 0;  // arrays: the element being read
-    jsontext::Slice key;    // objects: the member being read
+    protocol::Slice key;    // objects: the member being read
     bool key_is_pickled = false;
     std::size_t pickled = 0;                // "__pickled__" members
-    jsontext::Kind pickled_kind = jsontext::Kind::null;  // of the last one
-    jsontext::Slice pickled_value;          // of the last one, when a string
-    std::vector<jsontext::Slice> others;    // the first few other keys, for the message
+    protocol::Kind pickled_kind = protocol::Kind::null;  // of the last one
+    protocol::Slice pickled_value;          // of the last one, when a string
+    std::vector<protocol::Slice> others;    // the first few other keys, for the message
     std::size_t more_others = 0;
     std::optional<PickleRefusal> refusal;   // the first one found inside
   };
   struct Step {
-    jsontext::Slice key;
+    protocol::Slice key;
     std::size_t index;
     bool is_key;
   };
@@ -219,7 +219,7 @@ class TextPickleWalker final : public jsontext::Visitor {
     if (literal.size() <= 13 || literal.size() > 2 + 6 * kPickledKey.size() ||
         literal.find('\\') == std::string_view::npos)
       return false;
-    return jsontext::decode_string(literal) == kPickledKey;
+    return protocol::decode_string(literal) == kPickledKey;
   }
 
   bool refuse(std::string reason) {
@@ -233,13 +233,13 @@ class TextPickleWalker final : public jsontext::Visitor {
       std::string others;
       for (const auto& key : f.others)
         others += fmt::format("{}\"{}\"", others.empty() ? "" : ", ",
-                              log::printable(jsontext::decode_string(key.of(text_)), 40));
+                              log::printable(protocol::decode_string(key.of(text_)), 40));
       if (f.more_others) others += fmt::format(" and {} more", f.more_others);
       return refuse(fmt::format("malformed pickled value: \"__pickled__\" comes with other members ({})", others));
     }
-    if (f.pickled_kind != jsontext::Kind::string)
+    if (f.pickled_kind != protocol::Kind::string)
       return refuse("malformed pickled value: \"__pickled__\" is not a string");
-    const std::string hex = jsontext::decode_string(f.pickled_value.of(text_));
+    const std::string hex = protocol::decode_string(f.pickled_value.of(text_));
     std::string bytes;
     if (auto why = check_pickled_hex(hex, limits_, bytes, offset_)) return refuse(std::move(*why));
     return true;
@@ -253,9 +253,9 @@ class TextPickleWalker final : public jsontext::Visitor {
         out += fmt::format("[{}]", s.index);
         continue;
       }
-      const std::string key = jsontext::decode_string(s.key.of(text_));
+      const std::string key = protocol::decode_string(s.key.of(text_));
       if (!is_identifier(key)) {
-        out += fmt::format("[{}]", jsontext::quote(key));
+        out += fmt::format("[{}]", protocol::quote(key));
       } else {
         if (!out.empty()) out += '.';
         out += key;
@@ -301,4 +301,4 @@ std::string describe(const PickleRefusal& r, std::string_view library, std::stri
   return fmt::format("{} was refused: {}{}; {}", where, r.reason, at, given_hint.empty() ? hint : std::string(given_hint));
 }
 
-}  // namespace rjg
+}  // namespace rjg::pickle

@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-namespace rjg {
+namespace rjg::pickle {
 
 // Mirrors config::PicklePolicy (common/ does not depend on config/).
 enum class PickleMode {
@@ -61,7 +61,7 @@ std::optional<PickleRefusal> inspect_pickles(const boost::json::value& v, Pickle
 
 // The same policy over a JSON text, walked by the scanner in one pass without building a tree: a tree
 // cannot hold NaN or a 40-digit integer, and its hash table can be flooded with colliding keys. Work is
-// linear in the text (jsontext::operations() counts it). Where "__pickled__" occurs twice in an
+// linear in the text (protocol::operations() counts it). Where "__pickled__" occurs twice in an
 // object, the last one is checked, as a Python peer's json module keeps the last. A text that is not
 // valid JSON is refused.
 std::optional<PickleRefusal> inspect_pickles_text(std::string_view json_text, PickleMode mode, std::string_view path,
@@ -89,4 +89,4 @@ class PickleTextVisitor {
 // nullopt once STOP is reached or the visitor stopped the walk.
 std::optional<std::string> visit_pickle_strings(std::string_view bytes, PickleTextVisitor& visitor);
 
-}  // namespace rjg
+}  // namespace rjg::pickle

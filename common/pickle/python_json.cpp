@@ -90,30 +90,30 @@ std::string dialect_text(const PyValue& value) {
 
 namespace {
 // Builds the value as walk() reports it: a stack of open containers.
-class Builder final : public jsontext::Visitor {
+class Builder final : public protocol::Visitor {
  public:
   Builder(std::string_view text, std::string_view path, const PickleLimits& limits)
       : text_(text), path_(path), limits_(limits) {}
 
-  bool begin(jsontext::Kind container, std::size_t) override {
-    open_.push_back(Open{container == jsontext::Kind::array ? PyValue{PyList{}} : PyValue{PyDict{}}, {}, where(), {}});
+  bool begin(protocol::Kind container, std::size_t) override {
+    open_.push_back(Open{container == protocol::Kind::array ? PyValue{PyList{}} : PyValue{PyDict{}}, {}, where(), {}});
     return true;
   }
-  bool key(jsontext::Slice literal) override {
-    open_.back().key = jsontext::decode_string(literal.of(text_));
+  bool key(protocol::Slice literal) override {
+    open_.back().key = protocol::decode_string(literal.of(text_));
     return true;
   }
-  bool scalar(jsontext::Kind kind, jsontext::Slice value) override {
+  bool scalar(protocol::Kind kind, protocol::Slice value) override {
     const auto t = value.of(text_);
     switch (kind) {
-      case jsontext::Kind::null: return place(PyValue{PyNone{}});
-      case jsontext::Kind::boolean: return place(PyValue{t == "true"});
-      case jsontext::Kind::string: return place(PyValue{jsontext::decode_string(t)});
-      case jsontext::Kind::number: return place(number(t));
+      case protocol::Kind::null: return place(PyValue{PyNone{}});
+      case protocol::Kind::boolean: return place(PyValue{t == "true"});
+      case protocol::Kind::string: return place(PyValue{protocol::decode_string(t)});
+      case protocol::Kind::number: return place(number(t));
       default: return true;
     }
   }
-  bool end(jsontext::Kind container, jsontext::Slice) override {
+  bool end(protocol::Kind container, protocol::Slice) override {
     Open done = std::move(open_.back());
     open_.pop_back();
     if (auto* dict = std::get_if<PyDict>(&done.value.v); dict && dict->items.size() == 1) {
@@ -192,9 +192,9 @@ class Builder final : public jsontext::Visitor {
 
 PyValue from_json(std::string_view json_text, std::string_view path, std::size_t max_depth, const PickleLimits& limits) {
   Builder builder(json_text, path, limits);
-  jsontext::Limits json_limits;
+  protocol::Limits json_limits;
   json_limits.max_depth = max_depth;
-  if (auto error = jsontext::walk(json_text, builder, json_limits))
+  if (auto error = protocol::walk(json_text, builder, json_limits))
     throw ValueError(fmt::format("{}: not valid JSON at byte {}: {}", path, error->offset, error->message));
   return builder.take();
 }

@@ -148,7 +148,7 @@ bool Reader::take_decimal_line(std::uint64_t& v) {
 
 }  // namespace rjg::pickle
 
-namespace rjg {
+namespace rjg::pickle {
 
 // UTF-8 as CPython decodes a pickle's str ("utf-8", "surrogatepass").
 bool valid_pickle_utf8(std::string_view s) {
@@ -175,4 +175,4 @@ bool valid_pickle_utf8(std::string_view s) {
   return true;
 }
 
-}  // namespace rjg
+}  // namespace rjg::pickle

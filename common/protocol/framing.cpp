@@ -9,7 +9,7 @@
 #include <cstring>
 #include <optional>
 
-namespace rjg {
+namespace rjg::protocol {
 namespace {
 
 constexpr std::string_view kContentLength = "content-length";
@@ -394,4 +394,4 @@ std::string encode_frame(std::string_view json_text) {
   return out;
 }
 
-}  // namespace rjg
+}  // namespace rjg::protocol

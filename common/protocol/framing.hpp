@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace rjg {
+namespace rjg::protocol {
 
 struct FramingLimits {
   std::size_t max_message_bytes = 64u * 1024 * 1024;
@@ -112,4 +112,4 @@ class FrameReader {
 // "Content-Length: N\r\n\r\n" + body + "\r\n", counted: how both real peers write frames.
 std::string encode_frame(std::string_view json_text);
 
-}  // namespace rjg
+}  // namespace rjg::protocol

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 
-namespace rjg::jsontext {
+namespace rjg::protocol {
 namespace {
 
 // operations(): each thread counts its own work.
@@ -496,4 +496,4 @@ std::string splice(std::string_view text, std::vector<std::pair<Slice, std::stri
   return out;
 }
 
-}  // namespace rjg::jsontext
+}  // namespace rjg::protocol

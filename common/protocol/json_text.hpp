@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-namespace rjg::jsontext {
+namespace rjg::protocol {
 
 enum class Kind : std::uint8_t { null, boolean, number, string, array, object };
 
@@ -115,4 +115,4 @@ std::string splice(std::string_view text, std::vector<std::pair<Slice, std::stri
 // examined, one per value, one per key compared. Tests read the difference before and after.
 std::uint64_t operations();
 
-}  // namespace rjg::jsontext
+}  // namespace rjg::protocol

@@ -8,19 +8,16 @@
 #include <cstdlib>
 #include <limits>
 
-namespace rjg {
-
-using jsontext::Kind;
-using jsontext::Member;
+namespace rjg::protocol {
 
 struct MessageAccess {
-  static Classified classify(std::string_view body, jsontext::Scanned scanned);
+  static Classified classify(std::string_view body, protocol::Scanned scanned);
 };
 
 namespace {
 
 bool valid_id(Kind kind, std::string_view text) {
-  return kind == Kind::string || (kind == Kind::number && !jsontext::is_non_finite(text));
+  return kind == Kind::string || (kind == Kind::number && !protocol::is_non_finite(text));
 }
 
 Slice shifted(Slice inner, std::size_t by) { return {inner.offset + by, inner.size}; }
@@ -35,29 +32,29 @@ int number_to_int(std::string_view text) {
 
 }  // namespace
 
-Classified MessageAccess::classify(std::string_view body, jsontext::Scanned scanned) {
+Classified MessageAccess::classify(std::string_view body, protocol::Scanned scanned) {
   if (scanned.kind != Kind::object) {
     return ProtocolError{protocol::kInvalidRequest,
                          scanned.kind == Kind::array ? "Invalid Request: batch messages are not supported"
                                                      : "Invalid Request: a message must be a JSON object"};
   }
   const auto& members = scanned.members;
-  const Member* id = jsontext::find(members, "id");
+  const Member* id = protocol::find(members, "id");
   const bool id_ok = id && valid_id(id->kind, id->value.of(body));
   const std::string id_text = id_ok ? std::string(id->value.of(body)) : "null";
   auto invalid = [&](std::string message) {
     return ProtocolError{protocol::kInvalidRequest, "Invalid Request: " + std::move(message), id_text};
   };
 
-  const Member* version = jsontext::find(members, "jsonrpc");
+  const Member* version = protocol::find(members, "jsonrpc");
   if (!version || version->kind != Kind::string || version->value.of(body) != "\"2.0\"")
     return invalid("\"jsonrpc\" must be \"2.0\"");
 
   Message m;
   if (id) m.id_ = id->value;
-  if (const Member* method = jsontext::find(members, "method")) {
+  if (const Member* method = protocol::find(members, "method")) {
     if (method->kind != Kind::string) return invalid("\"method\" must be a string");
-    if (const Member* params = jsontext::find(members, "params")) {
+    if (const Member* params = protocol::find(members, "params")) {
       if (params->kind != Kind::object && params->kind != Kind::array && params->kind != Kind::null)
         return invalid("\"params\" must be an object or an array");
       m.params_ = params->value;
@@ -65,25 +62,25 @@ Classified MessageAccess::classify(std::string_view body, jsontext::Scanned scan
     }
     if (id && !id_ok) return invalid("\"id\" must be a string or a finite number");
     m.kind = id ? Message::Kind::request : Message::Kind::notification;
-    m.method_ = jsontext::decode_string(method->value.of(body));
+    m.method_ = protocol::decode_string(method->value.of(body));
     m.text_ = body;
     return m;
   }
 
   if (!id) return invalid("a message needs \"method\" or \"id\"");
-  const Member* result = jsontext::find(members, "result");
-  const Member* error = jsontext::find(members, "error");
+  const Member* result = protocol::find(members, "result");
+  const Member* error = protocol::find(members, "error");
   if (!result == !error) return invalid("a response needs exactly one of \"result\" and \"error\"");
   if (error) {
     if (error->kind != Kind::object) return invalid("\"error\" must be an object with a numeric \"code\"");
     const std::string_view error_text = error->value.of(body);
-    const auto fields = jsontext::members(error_text);
-    const Member* code = jsontext::find(fields, "code");
+    const auto fields = protocol::members(error_text);
+    const Member* code = protocol::find(fields, "code");
     if (!code || code->kind != Kind::number) return invalid("\"error\" must be an object with a numeric \"code\"");
     m.error_code_ = number_to_int(code->value.of(error_text));
-    if (const Member* message = jsontext::find(fields, "message"); message && message->kind == Kind::string)
-      m.error_message_ = jsontext::decode_string(message->value.of(error_text));
-    if (const Member* data = jsontext::find(fields, "data")) m.error_data_ = shifted(data->value, error->value.offset);
+    if (const Member* message = protocol::find(fields, "message"); message && message->kind == Kind::string)
+      m.error_message_ = protocol::decode_string(message->value.of(error_text));
+    if (const Member* data = protocol::find(fields, "data")) m.error_data_ = shifted(data->value, error->value.offset);
     m.kind = Message::Kind::error_response;
   } else {
     if (!id_ok) return invalid("\"id\" must be a string or a finite number");
@@ -95,7 +92,7 @@ Classified MessageAccess::classify(std::string_view body, jsontext::Scanned scan
 }
 
 Classified parse_message(std::string_view body, const JsonLimits& limits) {
-  auto [scanned, error] = jsontext::scan(body, jsontext::Limits{limits.max_depth, limits.max_object_members});
+  auto [scanned, error] = protocol::scan(body, protocol::Limits{limits.max_depth, limits.max_object_members});
   if (error) {
     // A limit, not a malformed body: the message is otherwise sound, and its method says how to answer it
     // (a keyword's arguments over a limit fail that keyword only).
@@ -149,7 +146,7 @@ class LenientScan {
       while (!value.empty() && (value.back() == ' ' || value.back() == '\t' || value.back() == '\n' ||
                                 value.back() == '\r'))
         value.remove_suffix(1);
-      if (key.size() <= max_key && jsontext::decode_string(key) == name) found = value;
+      if (key.size() <= max_key && protocol::decode_string(key) == name) found = value;
       skip_space();
       if (!take(',')) return found;
     }
@@ -157,7 +154,7 @@ class LenientScan {
 
  private:
   static bool valid(std::string_view value) {
-    auto [scanned, error] = jsontext::scan(value);
+    auto [scanned, error] = protocol::scan(value);
     return scanned && valid_id(scanned->kind, value);
   }
   bool at_end() const { return pos_ >= s_.size(); }
@@ -212,13 +209,13 @@ std::string top_level_id(std::string_view body) { return LenientScan(body).id();
 std::string top_level_method(std::string_view body) {
   const auto value = LenientScan(body).member("method", 40);
   if (!value || value->size() > 80) return {};
-  auto [scanned, error] = jsontext::scan(*value);
-  return scanned && scanned->kind == jsontext::Kind::string ? jsontext::decode_string(*value) : std::string();
+  auto [scanned, error] = protocol::scan(*value);
+  return scanned && scanned->kind == protocol::Kind::string ? protocol::decode_string(*value) : std::string();
 }
 
 std::string Message::with_id(std::string_view id_text, std::vector<std::pair<Slice, std::string>> edits) const {
   if (id_) edits.emplace_back(*id_, std::string(id_text));
-  return jsontext::splice(text_, std::move(edits));
+  return protocol::splice(text_, std::move(edits));
 }
 
 json::value parse_value(std::string_view text) {
@@ -258,12 +255,12 @@ std::optional<Unroutable> check_client_method(const Message& message) {
 }
 
 std::string make_request_raw(std::string_view id_text, std::string_view method, std::string_view params_text) {
-  return fmt::format(R"({{"jsonrpc":"2.0","id":{},"method":{},"params":{}}})", id_text, jsontext::quote(method),
+  return fmt::format(R"({{"jsonrpc":"2.0","id":{},"method":{},"params":{}}})", id_text, protocol::quote(method),
                      params_text.empty() ? std::string_view("{}") : params_text);
 }
 
 std::string make_notification_raw(std::string_view method, std::string_view params_text) {
-  return fmt::format(R"({{"jsonrpc":"2.0","method":{},"params":{}}})", jsontext::quote(method),
+  return fmt::format(R"({{"jsonrpc":"2.0","method":{},"params":{}}})", protocol::quote(method),
                      params_text.empty() ? std::string_view("{}") : params_text);
 }
 
@@ -274,9 +271,9 @@ std::string make_result_raw(std::string_view id_text, std::string_view result_te
 std::string make_error_raw(std::string_view id_text, int code, std::string_view message, std::string_view data_text) {
   if (data_text.empty())
     return fmt::format(R"({{"jsonrpc":"2.0","id":{},"error":{{"code":{},"message":{}}}}})", id_text, code,
-                       jsontext::quote(message));
+                       protocol::quote(message));
   return fmt::format(R"({{"jsonrpc":"2.0","id":{},"error":{{"code":{},"message":{},"data":{}}}}})", id_text, code,
-                     jsontext::quote(message), data_text);
+                     protocol::quote(message), data_text);
 }
 
 std::string make_request(const json::value& id, std::string_view method, const json::value& params) {
@@ -298,4 +295,4 @@ std::string make_error(const json::value& id, int code, std::string_view message
 
 std::string id_to_string(const json::value& id) { return json::serialize(id); }
 
-}  // namespace rjg
+}  // namespace rjg::protocol

@@ -17,10 +17,9 @@
 #include <string_view>
 #include <variant>
 
-namespace rjg {
+namespace rjg::protocol {
 
 namespace json = boost::json;
-using jsontext::Slice;
 
 struct JsonLimits {
   std::size_t max_depth = 64;
@@ -43,7 +42,7 @@ class Message {
   std::string_view id_text() const { return id_ ? id_->of(text_) : std::string_view("null"); }
   // request, notification: the params' text; "" when absent.
   std::string_view params_text() const { return params_ ? params_->of(text_) : std::string_view(); }
-  jsontext::Kind params_kind() const { return params_kind_; }
+  protocol::Kind params_kind() const { return params_kind_; }
   // response: the result's text.
   std::string_view result_text() const { return result_ ? result_->of(text_) : std::string_view("null"); }
   // error_response: error.code (truncated to int), error.message ("" when not a string), and
@@ -68,7 +67,7 @@ class Message {
   std::string text_;
   std::string method_;
   std::optional<Slice> id_, params_, result_, error_data_;
-  jsontext::Kind params_kind_ = jsontext::Kind::null;
+  protocol::Kind params_kind_ = protocol::Kind::null;
   int error_code_ = 0;
   std::string error_message_;
 };
@@ -129,4 +128,4 @@ std::string id_to_string(const json::value& id);
 // Parses a JSON text that is known to be valid (a slice of a classified message) into a tree.
 json::value parse_value(std::string_view text);
 
-}  // namespace rjg
+}  // namespace rjg::protocol

@@ -4,10 +4,8 @@
 
 #include <fmt/format.h>
 
-namespace rjg::params {
+namespace rjg::protocol {
 namespace {
-
-using jsontext::Kind;
 
 // Reads the fields of one params object; the first problem becomes the answer.
 class Fields {
@@ -17,30 +15,30 @@ class Fields {
     out.text = absent ? "{}" : std::string(m.params_text());
     text_ = out.text;
     if (!absent && m.params_kind() != Kind::object) {
-      fail(fmt::format("params must be an object, not {}", jsontext::to_string(m.params_kind())));
+      fail(fmt::format("params must be an object, not {}", protocol::to_string(m.params_kind())));
       return;
     }
-    members_ = jsontext::members(text_);
+    members_ = protocol::members(text_);
   }
 
   void required_string(std::string_view key, std::string& value, Slice* where = nullptr) {
     if (problem_) return;
-    const auto* member = jsontext::find(members_, key);
+    const auto* member = protocol::find(members_, key);
     if (!member) return fail(fmt::format("params.{} is missing (a string)", key));
     if (member->kind != Kind::string)
-      return fail(fmt::format("params.{} must be a string, not {}", key, jsontext::to_string(member->kind)));
-    value = jsontext::decode_string(member->value.of(text_));
+      return fail(fmt::format("params.{} must be a string, not {}", key, protocol::to_string(member->kind)));
+    value = protocol::decode_string(member->value.of(text_));
     if (where) *where = member->value;
   }
 
   // Absent and null both mean "not given", as the real client sometimes leaves them out.
   void optional(std::string_view key, Kind kind, std::optional<Slice>& where) {
     if (problem_) return;
-    const auto* member = jsontext::find(members_, key);
+    const auto* member = protocol::find(members_, key);
     if (!member || member->kind == Kind::null) return;
     if (member->kind != kind)
-      return fail(fmt::format("params.{} must be {}, not {}", key, jsontext::to_string(kind),
-                              jsontext::to_string(member->kind)));
+      return fail(fmt::format("params.{} must be {}, not {}", key, protocol::to_string(kind),
+                              protocol::to_string(member->kind)));
     where = member->value;
   }
 
@@ -58,7 +56,7 @@ class Fields {
   std::string_view method_;
   std::string_view shape_;
   std::string_view text_;
-  std::vector<jsontext::Member> members_;
+  std::vector<protocol::Member> members_;
   std::optional<std::string> problem_;
 };
 
@@ -98,4 +96,4 @@ Bound<FinalizeLibrary> bind_finalize_library(const Message& m) {
   return f.result(std::move(p));
 }
 
-}  // namespace rjg::params
+}  // namespace rjg::protocol

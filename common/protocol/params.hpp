@@ -12,7 +12,7 @@
 #include <string_view>
 #include <variant>
 
-namespace rjg::params {
+namespace rjg::protocol {
 
 // The params object as sent, and places in it.
 struct Object {
@@ -22,7 +22,7 @@ struct Object {
   }
   // The same object with each slice replaced by a new JSON text.
   std::string with(std::vector<std::pair<Slice, std::string>> edits) const {
-    return jsontext::splice(text, std::move(edits));
+    return protocol::splice(text, std::move(edits));
   }
 };
 
@@ -64,4 +64,4 @@ Bound<ImportLibrary> bind_import_library(const Message& m);
 Bound<RunKeyword> bind_run_keyword(const Message& m);
 Bound<FinalizeLibrary> bind_finalize_library(const Message& m);
 
-}  // namespace rjg::params
+}  // namespace rjg::protocol

@@ -5,7 +5,7 @@
 #include <array>
 #include <cstdint>
 
-namespace rjg::robot {
+namespace rjg::protocol {
 namespace {
 
 // robot.utils.escaping._CONTROL_WORDS: escaped only when they are the whole string.
@@ -117,4 +117,4 @@ std::optional<std::string> evaluated_in_text(std::string_view s, bool is_bytes) 
   return std::nullopt;
 }
 
-}  // namespace rjg::robot
+}  // namespace rjg::protocol

@@ -35,7 +35,7 @@
 #include <string>
 #include <string_view>
 
-namespace rjg::robot {
+namespace rjg::protocol {
 
 // `s` escaped exactly as robot.utils.escaping.escape() does. UTF-8 passes through byte for byte (only
 // ASCII bytes are ever matched).
@@ -54,4 +54,4 @@ bool holds_syntax(std::string_view s);
 // The reason reads as a clause after "the string": "contains a backslash, which ...".
 std::optional<std::string> evaluated_in_text(std::string_view s, bool is_bytes = false);
 
-}  // namespace rjg::robot
+}  // namespace rjg::protocol

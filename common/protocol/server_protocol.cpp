@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-namespace rjg {
+namespace rjg::protocol {
 namespace {
 
 // The reference server's words, then what to do about it.
@@ -19,7 +19,7 @@ std::string not_initialized(std::string_view method) {
 template <typename P, typename Bind, typename Handler>
 void with_params(const Message& m, ServerMethods& methods, Bind bind, Handler handler) {
   auto bound = bind(m);
-  if (auto* invalid = std::get_if<params::Invalid>(&bound)) {
+  if (auto* invalid = std::get_if<protocol::Invalid>(&bound)) {
     methods.refuse(m, protocol::kInvalidParams, std::move(invalid->message));
     return;
   }
@@ -47,18 +47,18 @@ void ServerProtocol::dispatch(const Message& m, ServerMethods& methods) {
   const std::string& method = m.method();
   if (method == protocol::kInitialize) {
     initialize_received_ = true;
-    with_params<params::Initialize>(m, methods, params::bind_initialize, &ServerMethods::on_initialize);
+    with_params<protocol::Initialize>(m, methods, protocol::bind_initialize, &ServerMethods::on_initialize);
   } else if (method == protocol::kInitialized) {
     initialized_received_ = true;
     methods.on_initialized(m);
   } else if (method == protocol::kImportLibrary) {
     if (require_ready(m, methods))
-      with_params<params::ImportLibrary>(m, methods, params::bind_import_library, &ServerMethods::on_import_library);
+      with_params<protocol::ImportLibrary>(m, methods, protocol::bind_import_library, &ServerMethods::on_import_library);
   } else if (method == protocol::kRunKeyword) {
     if (require_ready(m, methods))
-      with_params<params::RunKeyword>(m, methods, params::bind_run_keyword, &ServerMethods::on_run_keyword);
+      with_params<protocol::RunKeyword>(m, methods, protocol::bind_run_keyword, &ServerMethods::on_run_keyword);
   } else if (method == protocol::kFinalizeLibrary) {
-    with_params<params::FinalizeLibrary>(m, methods, params::bind_finalize_library,
+    with_params<protocol::FinalizeLibrary>(m, methods, protocol::bind_finalize_library,
                                          &ServerMethods::on_finalize_library);
   } else if (method == protocol::kShutdown) {
     methods.on_shutdown(m);
@@ -67,4 +67,4 @@ void ServerProtocol::dispatch(const Message& m, ServerMethods& methods) {
   }
 }
 
-}  // namespace rjg
+}  // namespace rjg::protocol

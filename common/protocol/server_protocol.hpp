@@ -13,16 +13,16 @@
 #include <string>
 #include <string_view>
 
-namespace rjg {
+namespace rjg::protocol {
 
 class ServerMethods {
  public:
   virtual ~ServerMethods() = default;
-  virtual void on_initialize(const Message& request, params::Initialize params) = 0;
+  virtual void on_initialize(const Message& request, protocol::Initialize params) = 0;
   virtual void on_initialized(const Message& notification) = 0;
-  virtual void on_import_library(const Message& request, params::ImportLibrary params) = 0;
-  virtual void on_run_keyword(const Message& request, params::RunKeyword params) = 0;
-  virtual void on_finalize_library(const Message& request, params::FinalizeLibrary params) = 0;
+  virtual void on_import_library(const Message& request, protocol::ImportLibrary params) = 0;
+  virtual void on_run_keyword(const Message& request, protocol::RunKeyword params) = 0;
+  virtual void on_finalize_library(const Message& request, protocol::FinalizeLibrary params) = 0;
   virtual void on_shutdown(const Message& request) = 0;
   virtual void on_exit(const Message& notification) = 0;
 
@@ -48,4 +48,4 @@ class ServerProtocol {
   bool initialized_received_ = false;
 };
 
-}  // namespace rjg
+}  // namespace rjg::protocol

@@ -16,7 +16,7 @@
 #include <list>
 #include <string>
 
-namespace rjg {
+namespace rjg::runtime {
 
 namespace asio = boost::asio;
 
@@ -74,4 +74,4 @@ inline auto log_exceptions(std::string where) {
   };
 }
 
-}  // namespace rjg
+}  // namespace rjg::runtime

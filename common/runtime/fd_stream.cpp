@@ -12,7 +12,7 @@
 
 #include <cerrno>
 
-namespace rjg {
+namespace rjg::runtime {
 
 namespace fd_io {
 
@@ -266,4 +266,4 @@ void FdStream::start(int op_type, boost::asio::detail::reactor_op* op, bool is_c
   }
 }
 
-}  // namespace rjg
+}  // namespace rjg::runtime

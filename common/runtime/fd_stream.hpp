@@ -57,7 +57,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace rjg {
+namespace rjg::runtime {
 
 namespace fd_io {
 
@@ -263,4 +263,4 @@ class FdStream {
   bool socket_ = false;
 };
 
-}  // namespace rjg
+}  // namespace rjg::runtime

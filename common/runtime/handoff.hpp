@@ -23,7 +23,7 @@
 #include <optional>
 #include <utility>
 
-namespace rjg {
+namespace rjg::runtime {
 
 namespace asio = boost::asio;
 
@@ -113,4 +113,4 @@ inline void handoff_detail::Parked::shutdown() {
   while (!handoffs.empty()) handoffs.front()->abandon();
 }
 
-}  // namespace rjg
+}  // namespace rjg::runtime

@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace rjg {
+namespace rjg::runtime {
 
 namespace asio = boost::asio;
 
@@ -54,4 +54,4 @@ std::shared_ptr<T> make_shared_on(asio::any_io_executor executor, Args&&... args
   });
 }
 
-}  // namespace rjg
+}  // namespace rjg::runtime

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-namespace rjg {
+namespace rjg::runtime {
 
 // Frames with a body at least this large are classified (and, on a client connection, bound and
 // pickle-checked) on an offload pool rather than the event loop: below it the work (about a millisecond
@@ -29,9 +29,9 @@ namespace rjg {
 inline constexpr std::size_t kOffloadFrameBytes = 1u << 20;
 
 struct StreamOptions {
-  FramingLimits framing{};
-  FrameReader::Mode mode = FrameReader::Mode::strict;
-  JsonLimits json{};
+  protocol::FramingLimits framing{};
+  protocol::FrameReader::Mode mode = protocol::FrameReader::Mode::strict;
+  protocol::JsonLimits json{};
   // The write queue may hold this much before wait_for_room() makes producers wait.
   std::size_t high_water = 4u << 20;
 };
@@ -46,8 +46,8 @@ struct Incoming {
     cancelled,      // the read was cancelled (stream.cancel()); read() may be called again
   };
   Kind kind = Kind::closed;
-  std::optional<Message> message;
-  std::optional<ProtocolError> problem;
+  std::optional<protocol::Message> message;
+  std::optional<protocol::ProtocolError> problem;
   std::string body;   // kind invalid: the body, for the log
   std::string error;  // kind framing_error and closed
   boost::system::error_code read_error;  // kind closed: the read's error (eof at a clean end of stream)
@@ -91,7 +91,7 @@ class MessageStream {
     for (;;) {
       auto r = reader_.next();
       if (!r.skipped.empty() && on_stray_bytes) on_stray_bytes(r.skipped);
-      if (r.kind == FrameReader::Result::Kind::frame) {
+      if (r.kind == protocol::FrameReader::Result::Kind::frame) {
         mark_partial(reader_.buffered() > 0, true);
         if (offload_ && r.body.size() >= offload_threshold_) {
           // A coroutine function, not a lambda with captures: its frame owns the body.
@@ -101,7 +101,7 @@ class MessageStream {
         }
         co_return classify(std::move(r.body), options_.json);
       }
-      if (r.kind == FrameReader::Result::Kind::error) {
+      if (r.kind == protocol::FrameReader::Result::Kind::error) {
         Incoming in;
         in.kind = Incoming::Kind::framing_error;
         in.error = std::move(r.error);
@@ -136,7 +136,7 @@ class MessageStream {
 
   // --- writing (everything enqueues; run_writer() is the one writer)
 
-  void send(std::string_view json_text) { writer_.push(encode_frame(json_text)); }
+  void send(std::string_view json_text) { writer_.push(protocol::encode_frame(json_text)); }
   // Bytes as they are, without framing (test peers that corrupt their own stream on purpose).
   void send_raw(std::string bytes) { writer_.push(std::move(bytes)); }
   // Resumes once the write queue is at most its high-water mark (or the stream is gone). A producer
@@ -159,20 +159,20 @@ class MessageStream {
   asio::awaitable<bool> wait_written(clock::duration timeout) { return writer_.wait_finished(timeout); }
 
  private:
-  static asio::awaitable<Incoming> classify_on_pool(std::string body, JsonLimits limits) {
+  static asio::awaitable<Incoming> classify_on_pool(std::string body, protocol::JsonLimits limits) {
     co_return classify(std::move(body), limits);
   }
 
-  static Incoming classify(std::string body, JsonLimits limits) {
+  static Incoming classify(std::string body, protocol::JsonLimits limits) {
     Incoming in;
-    auto classified = parse_message(body, limits);
-    if (auto* bad = std::get_if<ProtocolError>(&classified)) {
+    auto classified = protocol::parse_message(body, limits);
+    if (auto* bad = std::get_if<protocol::ProtocolError>(&classified)) {
       in.kind = Incoming::Kind::invalid;
       in.problem = std::move(*bad);
       in.body = std::move(body);
     } else {
       in.kind = Incoming::Kind::message;
-      in.message.emplace(std::move(std::get<Message>(classified)));
+      in.message.emplace(std::move(std::get<protocol::Message>(classified)));
     }
     return in;
   }
@@ -203,7 +203,7 @@ class MessageStream {
 
   Stream stream_;
   StreamOptions options_;
-  FrameReader reader_;
+  protocol::FrameReader reader_;
   WriteQueue<Stream> writer_;
   static constexpr std::size_t kReadMin = 4 * 1024;
   static constexpr std::size_t kReadMax = 64 * 1024;
@@ -246,4 +246,4 @@ class DuplexStream {
   WriteStream out_;
 };
 
-}  // namespace rjg
+}  // namespace rjg::runtime

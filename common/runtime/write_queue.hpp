@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-namespace rjg {
+namespace rjg::runtime {
 
 // A stream that can write what fits right now, without waiting (FdStream).
 template <typename Stream>
@@ -180,4 +180,4 @@ class WriteQueue {
   AsyncEvent finished_;
 };
 
-}  // namespace rjg
+}  // namespace rjg::runtime

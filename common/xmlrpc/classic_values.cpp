@@ -12,7 +12,7 @@
 #include <limits>
 #include <type_traits>
 
-namespace rjg::classic {
+namespace rjg::xmlrpc {
 namespace json = boost::json;
 using pickle::PyValue;
 
@@ -139,4 +139,4 @@ std::string default_text(const PyValue& value) {
   return pickle::py_repr(value);
 }
 
-}  // namespace rjg::classic
+}  // namespace rjg::xmlrpc

@@ -33,7 +33,7 @@
 #include <string>
 #include <string_view>
 
-namespace rjg::classic {
+namespace rjg::xmlrpc {
 
 // Python's JSON dialect (common/pickle/python_json.hpp) under the names the classic code uses.
 using pickle::from_json;
@@ -54,4 +54,4 @@ xmlrpc::Value to_xmlrpc(const pickle::PyValue& value);
 // else as Python's repr() ("None", "True", "[1, 2]").
 std::string default_text(const pickle::PyValue& value);
 
-}  // namespace rjg::classic
+}  // namespace rjg::xmlrpc

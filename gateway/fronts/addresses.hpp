@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::fronts {
 
 // "tcp://127.0.0.1:8271", "tcp://[::1]:8271": a listener as the log names it.
 inline std::string endpoint_text(const boost::asio::ip::tcp::endpoint& bound) {
@@ -44,4 +44,4 @@ inline bool allowed(const std::vector<config::Network>& networks, const boost::a
   return false;
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::fronts

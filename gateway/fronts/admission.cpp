@@ -21,10 +21,10 @@
 
 #include <sys/socket.h>
 
-namespace rjg::gateway {
+namespace rjg::gateway::fronts {
 using namespace std::chrono_literals;
 
-Admission::Admission(asio::io_context& io, GatewayContext& context, SessionTable& sessions)
+Admission::Admission(asio::io_context& io, session::GatewayContext& context, ops::SessionTable& sessions)
     : io_(io), context_(context), sessions_(sessions) {}
 
 Admission::~Admission() {
@@ -56,13 +56,13 @@ void Admission::close_if(const std::function<bool(const Listener&)>& drop) {
 
 void Admission::start_accepting(const Listener& listener) {
   if (listener.unix_acceptor) {
-    asio::co_spawn(io_, accept_unix(listener.unix_acceptor, listener.text()), log_exceptions("listener " + listener.text()));
+    asio::co_spawn(io_, accept_unix(listener.unix_acceptor, listener.text()), runtime::log_exceptions("listener " + listener.text()));
     return;
   }
   boost::system::error_code ec;
   auto bound = listener.acceptor->local_endpoint(ec);
   std::string address = fmt::format("{}:{}", bound.address().to_string(), bound.port());
-  asio::co_spawn(io_, accept_tcp(listener.acceptor, address), log_exceptions("listener " + address));
+  asio::co_spawn(io_, accept_tcp(listener.acceptor, address), runtime::log_exceptions("listener " + address));
 }
 
 // Accepts on one listener until it closes or the gateway stops, handing each connection to `take`.
@@ -92,7 +92,7 @@ asio::awaitable<void> Admission::accept_tcp(std::shared_ptr<tcp::acceptor> accep
     const auto config = context_.config();  // held: the networks below belong to it
     const auto& balancers = config->gateway.proxy_protocol_from;
     if (!balancers.empty() && allowed(balancers, peer.address())) {
-      asio::co_spawn(io_, admit_proxied(std::move(socket), peer, address), log_exceptions("proxied connection"));
+      asio::co_spawn(io_, admit_proxied(std::move(socket), peer, address), runtime::log_exceptions("proxied connection"));
       return;
     }
     admit_tcp(std::move(socket), peer.address(), fmt::format("{}:{}", address_text(peer.address()), peer.port()),
@@ -108,7 +108,7 @@ asio::awaitable<void> Admission::admit_proxied(tcp::socket socket, tcp::endpoint
     // Nothing is said: a client that is not a balancer gets no hint, and a balancer logs the closed connection.
     log::warn("listener {}: refused a connection from {} (in [gateway] proxy_protocol_from): {}", address,
               balancer_text, parsed.error);
-    context_.metrics.refuse(workers::Refusal::proxy_header);
+    context_.metrics.refuse(supervisor::Refusal::proxy_header);
     boost::system::error_code ignored;
     socket.close(ignored);
     co_return;
@@ -133,7 +133,7 @@ void Admission::admit_tcp(tcp::socket socket, const asio::ip::address& client_ad
   if (!allowed(gw.allow_from, client_address)) {
     // Nothing is said to an address that may not connect at all.
     log::warn("listener {}: refused a connection from {}: not in [gateway] allow_from", address, peer);
-    context_.metrics.refuse(workers::Refusal::allow_from);
+    context_.metrics.refuse(supervisor::Refusal::allow_from);
     socket.close(ec);
     return;
   }
@@ -169,14 +169,14 @@ template <class Socket>
 bool Admission::within_limits(Socket& socket, const config::Gateway& gw, const std::string& client,
                            const std::string& peer, std::string_view who) {
   if (gw.max_sessions && sessions_.size() >= gw.max_sessions) {
-    context_.metrics.refuse(workers::Refusal::max_sessions);
+    context_.metrics.refuse(supervisor::Refusal::max_sessions);
     refuse(std::move(socket), peer,
            fmt::format("The gateway serves at most {} sessions at once (max_sessions) and is full; retry later.",
                        gw.max_sessions));
     return false;
   }
   if (gw.max_sessions_per_client && context_.clients->held(client) >= gw.max_sessions_per_client) {
-    context_.metrics.refuse(workers::Refusal::max_sessions_per_client);
+    context_.metrics.refuse(supervisor::Refusal::max_sessions_per_client);
     refuse(std::move(socket), peer,
            fmt::format("{} already has {} sessions, the most allowed (max_sessions_per_client; the imports the "
                        "classic front holds for its calls count as sessions); close some, or retry later.",
@@ -193,7 +193,7 @@ void Admission::refuse(Socket socket, std::string peer, std::string message) {
   asio::co_spawn(
       io_,
       [socket = std::make_shared<Socket>(std::move(socket)),
-       frame = encode_frame(make_error(nullptr, protocol::kAtCapacity, message))]() -> asio::awaitable<void> {
+       frame = protocol::encode_frame(protocol::make_error(nullptr, protocol::kAtCapacity, message))]() -> asio::awaitable<void> {
         asio::steady_timer deadline(socket->get_executor(), 2s);
         deadline.async_wait([socket](const boost::system::error_code& ec) {
           boost::system::error_code ignored;
@@ -205,7 +205,7 @@ void Admission::refuse(Socket socket, std::string peer, std::string message) {
         socket->close(ignored);
         deadline.cancel();
       },
-      log_exceptions("refuse"));
+      runtime::log_exceptions("refuse"));
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::fronts

@@ -17,11 +17,13 @@
 #include <string_view>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::fronts {
+
+namespace asio = boost::asio;
 
 class Admission {
  public:
-  Admission(asio::io_context& io, GatewayContext& context, SessionTable& sessions);
+  Admission(asio::io_context& io, session::GatewayContext& context, ops::SessionTable& sessions);
   // Unix socket files go with their listeners.
   ~Admission();
 
@@ -58,11 +60,11 @@ class Admission {
   void refuse(Socket socket, std::string peer, std::string message);
 
   asio::io_context& io_;
-  GatewayContext& context_;
-  SessionTable& sessions_;
+  session::GatewayContext& context_;
+  ops::SessionTable& sessions_;
   std::vector<Listener> listeners_;
   bool started_ = false;
   bool stopping_ = false;
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::fronts

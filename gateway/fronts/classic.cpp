@@ -14,12 +14,11 @@
 
 #include <fmt/format.h>
 
-namespace rjg::gateway {
+namespace rjg::gateway::fronts {
 using namespace std::chrono_literals;
 
 // The front's HTTP side: the path names the library, the body is read as a call (off the loop when large),
 // and the method table (classic_methods.cpp) answers it; the imports it makes are counted here (admit).
-namespace front {
 namespace {
 // "/SeleniumLibrary" -> "SeleniumLibrary" (percent-escapes decoded, one trailing slash dropped); "/" and
 // "/RPC2" -> "" (the default library).
@@ -73,17 +72,17 @@ ReadCall read_call(std::string body, const xmlrpc::Limits& limits, const std::st
   try {
     std::string args = "[";
     for (const auto& a : params[1].as<xmlrpc::Array>())
-      args += (args.size() > 1 ? ", " : "") + rjg::classic::to_json_argument(rjg::classic::to_python(a));
+      args += (args.size() > 1 ? ", " : "") + rjg::xmlrpc::to_json_argument(rjg::xmlrpc::to_python(a));
     args += "]";
     std::string kwargs = "{";
     if (params.size() == 3)
       for (const auto& [key, value] : params[2].as<xmlrpc::Struct>())
         kwargs += (kwargs.size() > 1 ? ", " : "") + json_string(key) + ": " +
-                  rjg::classic::to_json_argument(rjg::classic::to_python(value));
+                  rjg::xmlrpc::to_json_argument(rjg::xmlrpc::to_python(value));
     kwargs += "}";
     out.args = std::move(args);
     out.kwargs = std::move(kwargs);
-  } catch (const rjg::classic::ValueError& e) {
+  } catch (const rjg::xmlrpc::ValueError& e) {
     out.argument_error = e.what();
   }
   // The texts carry the arguments now: the values are not held twice while the keyword runs (emptied,
@@ -116,15 +115,14 @@ HttpLimits http_limits(const config::Config& config) {
   return limits;
 }
 }  // namespace
-}  // namespace front
 
-ClassicFront::ClassicFront(asio::io_context& io, GatewayContext& context, const config::Config& config)
+ClassicFront::ClassicFront(asio::io_context& io, session::GatewayContext& context, const config::Config& config)
     : io_(io),
       context_(context),
       http_(io, "classic", [this](HttpRequest request) { return handle(std::move(request)); }, config.gateway.allow_from,
-            front::http_limits(config)),
+            fronts::http_limits(config)),
       idle_(io.get_executor()),
-      imports_(std::make_shared<front::Imports>(io.get_executor(), context.clients)) {
+      imports_(std::make_shared<fronts::Imports>(io.get_executor(), context.clients)) {
   idle_.set();
 }
 
@@ -142,7 +140,7 @@ void ClassicFront::serve(std::shared_ptr<asio::ip::tcp::acceptor> acceptor, std:
 
 void ClassicFront::reconfigure(const config::Config& config) {
   http_.set_allow_from(config.gateway.allow_from);
-  http_.set_limits(front::http_limits(config));
+  http_.set_limits(fronts::http_limits(config));
 }
 
 asio::awaitable<bool> ClassicFront::drain(std::chrono::steady_clock::time_point deadline) {
@@ -167,24 +165,24 @@ json::object ClassicFront::status() const {
                       {"libraries", std::move(libraries)}};
 }
 
-std::shared_ptr<front::Library> ClassicFront::library(const std::string& name) {
+std::shared_ptr<fronts::Library> ClassicFront::library(const std::string& name) {
   auto& slot = libraries_[name];
   if (!slot)
-    slot = std::make_shared<front::Library>(context_, io_.get_executor(), name, imports_,
-                                            [this](front::Library& library) { forget(library); });
+    slot = std::make_shared<fronts::Library>(context_, io_.get_executor(), name, imports_,
+                                            [this](fronts::Library& library) { forget(library); });
   return slot;
 }
 
-void ClassicFront::forget(const front::Library& library) {
+void ClassicFront::forget(const fronts::Library& library) {
   auto it = libraries_.find(library.name());
   if (it == libraries_.end() || it->second.get() != &library) return;
   it->second->detach();
   libraries_.erase(it);  // the caller holds it still
 }
 
-bool ClassicFront::retire_idle_import(const front::Library* except) {
-  std::shared_ptr<front::Library> owner;
-  std::shared_ptr<front::Instance> oldest;
+bool ClassicFront::retire_idle_import(const fronts::Library* except) {
+  std::shared_ptr<fronts::Library> owner;
+  std::shared_ptr<fronts::Instance> oldest;
   for (const auto& [name, library] : libraries_) {
     if (library.get() == except) continue;
     auto candidate = library->least_recently_used();
@@ -195,15 +193,15 @@ bool ClassicFront::retire_idle_import(const front::Library* except) {
   return true;
 }
 
-asio::awaitable<front::Ticket> ClassicFront::admit(const std::string& client, const front::Library& library,
+asio::awaitable<fronts::Ticket> ClassicFront::admit(const std::string& client, const fronts::Library& library,
                                                    std::chrono::milliseconds queue_timeout,
                                                    std::chrono::steady_clock::time_point deadline) {
   for (;;) {
-    if (stopping_) throw front::Failure("the gateway is stopping");
+    if (stopping_) throw fronts::Failure("the gateway is stopping");
     const auto config = context_.config();
     const auto per_client = config->gateway.max_sessions_per_client;
     if (per_client && context_.clients->held(client) >= per_client)
-      throw front::Failure(fmt::format(
+      throw fronts::Failure(fmt::format(
           "this client address ({}) already holds {} sessions and imports, the most allowed ([gateway] "
           "max_sessions_per_client = {}; each import the classic front made for its calls counts, until it ends "
           "after [classic] idle_timeout unused). Close JSON-RPC sessions, call the libraries imported already, "
@@ -216,21 +214,21 @@ asio::awaitable<front::Ticket> ClassicFront::admit(const std::string& client, co
     // Room that is coming is waited for whatever queue_timeout says (0 too): an idle import's end is bounded
     // by its worker's grace periods, and only a call that finds every import busy waits queue_timeout.
     const bool coming = imports_->ending() > imports_->waiting() || retire_idle_import(&library);
-    const auto until = coming ? std::max(deadline, std::chrono::steady_clock::now() + front::kRoomComing) : deadline;
+    const auto until = coming ? std::max(deadline, std::chrono::steady_clock::now() + fronts::kRoomComing) : deadline;
     const bool woken = co_await imports_->wait_until(until);  // not in the condition: GCC 12
     if (!woken && imports_->held() >= most) {
-      if (stopping_) throw front::Failure("the gateway is stopping");
-      throw front::Failure(fmt::format(
+      if (stopping_) throw fronts::Failure("the gateway is stopping");
+      throw fronts::Failure(fmt::format(
           "the classic front holds {} imports for classic clients, the most allowed ([classic] max_imports = {}), "
           "and every one served a call for the {} this call may wait (the library's queue_timeout). Retry later, "
           "or raise [classic] max_imports (below [gateway] max_workers).",
-          imports_->held(), most, front::seconds_text(queue_timeout)));
+          imports_->held(), most, fronts::seconds_text(queue_timeout)));
     }
   }
 }
 
 asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest request) {
-  using front::fault;
+  using fronts::fault;
   const auto config = context_.config();
   const auto& gw = config->gateway;
   if (stopping_ || context_.draining) co_return fault("The gateway is stopping; no new calls are taken.");
@@ -243,11 +241,11 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
     }
   } count{*this};
 
-  auto requested = front::library_in_path(request.path);
+  auto requested = fronts::library_in_path(request.path);
   if (!requested)
     co_return fault(fmt::format("The path {} is not a library name: a '%' escape in it is malformed.",
                                 log::printable(request.path, 200)));
-  const std::string name = requested->empty() ? front::default_library(*config) : *requested;
+  const std::string name = requested->empty() ? fronts::default_library(*config) : *requested;
   auto route = context_.router.resolve(name);
   if (!route.library) {
     std::string names;
@@ -255,7 +253,7 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
     co_return fault(fmt::format("No library '{}' is served here{}{}. The URL's path names the library: "
                                 "http://HOST:PORT/LIBRARY; \"/\" and \"/RPC2\" serve '{}'. Libraries: {}.",
                                 log::printable(name, 200), route.refused.empty() ? "" : ": ", route.refused,
-                                front::default_library(*config), names));
+                                fronts::default_library(*config), names));
   }
   const auto& settings = *route.library;
   if (settings.classic_instances == 0)
@@ -272,23 +270,23 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
       limits.max_bytes, limits.bytes_per_value, limits.max_depth);
   // A large body is read off this loop, as large JSON frames are, so that the sessions on it go on meanwhile.
   const std::size_t body_bytes = request.body.size();
-  front::ReadCall read;
-  if (context_.offload && body_bytes >= kOffloadFrameBytes) {
-    auto reading = front::read_call_on_pool(std::move(request.body), limits, std::move(limits_text));
+  fronts::ReadCall read;
+  if (context_.offload && body_bytes >= runtime::kOffloadFrameBytes) {
+    auto reading = fronts::read_call_on_pool(std::move(request.body), limits, std::move(limits_text));
     read = co_await asio::co_spawn(*context_.offload, std::move(reading), asio::use_awaitable);
     log::debug("classic: the request of {} bytes from {} was read off the event loop", body_bytes, request.peer);
   } else {
-    read = front::read_call(std::move(request.body), limits, limits_text);
+    read = fronts::read_call(std::move(request.body), limits, limits_text);
   }
   if (read.refusal) {
     log::info("classic: {} sent a request that is refused: {}", request.peer, *read.refusal);
     co_return fault(*read.refusal);
   }
   auto library = this->library(name);
-  const front::Library::Use use{library};  // in the table while this call holds it
+  const fronts::Library::Use use{library};  // in the table while this call holds it
 
   // The method table answers; what a handler throws becomes a fault here, which names the library.
-  front::CallContext c{context_,
+  fronts::CallContext c{context_,
                        read,
                        name,
                        settings,
@@ -299,12 +297,12 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
                        }};
   const auto& call = read.call;
   try {
-    co_return co_await front::dispatch(c);
-  } catch (const rjg::classic::ValueError& e) {
+    co_return co_await fronts::dispatch(c);
+  } catch (const rjg::xmlrpc::ValueError& e) {
     log::info("classic: {} on library {} from {}: an argument cannot be passed on: {}", call.method, name,
               request.peer, e.what());
     co_return fault(fmt::format("Library '{}': an argument cannot be passed to the library: {}", name, e.what()));
-  } catch (const front::Failure& e) {
+  } catch (const fronts::Failure& e) {
     log::warn("classic: {} on library {} from {} failed: {}", call.method, name, request.peer, e.what());
     co_return fault(fmt::format("Library '{}': {}", name, e.what()));
   } catch (const std::exception& e) {
@@ -314,4 +312,4 @@ asio::awaitable<std::optional<HttpResponse>> ClassicFront::handle(HttpRequest re
   }
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::fronts

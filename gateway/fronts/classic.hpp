@@ -36,18 +36,18 @@
 #include <memory>
 #include <string>
 
-namespace rjg::gateway {
+namespace rjg::gateway::fronts {
 
-namespace front {
+namespace asio = boost::asio;
+
 class Library;  // classic.cpp
 class Imports;
 class Ticket;
-}  // namespace front
 
 class ClassicFront {
  public:
   // Runs on `io` (loop 0), where the pools are.
-  ClassicFront(asio::io_context& io, GatewayContext& context, const config::Config& config);
+  ClassicFront(asio::io_context& io, session::GatewayContext& context, const config::Config& config);
   ClassicFront(const ClassicFront&) = delete;
   ClassicFront& operator=(const ClassicFront&) = delete;
   ~ClassicFront();
@@ -75,27 +75,27 @@ class ClassicFront {
 
  private:
   // The library's entry in the table, made on first use.
-  std::shared_ptr<front::Library> library(const std::string& name);
+  std::shared_ptr<fronts::Library> library(const std::string& name);
   // Room for one more import, charged to `client`: under [classic] max_imports (making room by ending the
   // least recently used idle import of another library, else waiting up to queue_timeout) and under
-  // max_sessions_per_client. Throws front::Failure naming the limit. queue_timeout: the library's, which the
+  // max_sessions_per_client. Throws Failure naming the limit. queue_timeout: the library's, which the
   // deadline comes from.
-  asio::awaitable<front::Ticket> admit(const std::string& client, const front::Library& library,
+  asio::awaitable<fronts::Ticket> admit(const std::string& client, const fronts::Library& library,
                                        std::chrono::milliseconds queue_timeout,
                                        std::chrono::steady_clock::time_point deadline);
   // Ends the least recently used import that serves no call, of a library other than `except`; false: none.
-  bool retire_idle_import(const front::Library* except);
+  bool retire_idle_import(const fronts::Library* except);
   // A library that holds nothing and serves no call leaves the table.
-  void forget(const front::Library& library);
+  void forget(const fronts::Library& library);
 
   asio::io_context& io_;
-  GatewayContext& context_;
+  session::GatewayContext& context_;
   HttpServer http_;
   bool stopping_ = false;
   std::size_t calls_ = 0;  // requests being handled
-  AsyncEvent idle_;        // set while calls_ is 0
-  std::map<std::string, std::shared_ptr<front::Library>> libraries_;  // by the name imported; only those in use
-  std::shared_ptr<front::Imports> imports_;                            // shared: tickets may outlive the front
+  runtime::AsyncEvent idle_;        // set while calls_ is 0
+  std::map<std::string, std::shared_ptr<fronts::Library>> libraries_;  // by the name imported; only those in use
+  std::shared_ptr<fronts::Imports> imports_;                            // shared: tickets may outlive the front
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::fronts

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <iterator>
 
-namespace rjg::gateway::front {
+namespace rjg::gateway::fronts {
 
 std::string json_string(std::string_view text) { return json::serialize(json::value(json::string(text))); }
 
@@ -86,8 +86,8 @@ xmlrpc::Value argument_spec(const json::object& keyword) {
         std::string text;
         try {
           const auto* d = arg.if_contains("default");
-          text = rjg::classic::default_text(rjg::classic::from_json(d ? json::serialize(*d) : "null", "default"));
-        } catch (const rjg::classic::ValueError&) {
+          text = rjg::xmlrpc::default_text(rjg::xmlrpc::from_json(d ? json::serialize(*d) : "null", "default"));
+        } catch (const rjg::xmlrpc::ValueError&) {
           text = "<not shown: a value outside the data-only subset>";
         }
         spec.emplace_back(fmt::format("{}={}", name, text));
@@ -171,25 +171,25 @@ xmlrpc::Value keyword_result(const KeywordAnswer& answer, const std::string& lib
                           {"fatal", fatal}};
   };
   if (answer.failure) return failed(*answer.failure);
-  // Read without a tree: a result may hold NaN or integers beyond 64 bits (see rjg::classic::from_json).
+  // Read without a tree: a result may hold NaN or integers beyond 64 bits (see rjg::xmlrpc::from_json).
   const std::string_view text = answer.result_text;
-  const auto members = jsontext::members(text);
-  if (const auto* error = jsontext::find(members, "error"); error && error->kind == jsontext::Kind::object) {
+  const auto members = protocol::members(text);
+  if (const auto* error = protocol::find(members, "error"); error && error->kind == protocol::Kind::object) {
     const auto error_text = error->value.of(text);
-    const auto fields = jsontext::members(error_text);
+    const auto fields = protocol::members(error_text);
     auto field = [&](std::string_view key) {
-      const auto* m = jsontext::find(fields, key);
-      return m && m->kind == jsontext::Kind::string ? jsontext::decode_string(m->value.of(error_text)) : std::string();
+      const auto* m = protocol::find(fields, key);
+      return m && m->kind == protocol::Kind::string ? protocol::decode_string(m->value.of(error_text)) : std::string();
     };
     const auto mode = field("mode");
     return failed(error_message(field("message"), field("type")), field("traceback"), mode == "CONTINUABLE",
                   mode == "FATAL");
   }
   xmlrpc::Value value{std::string()};
-  if (const auto* returned = jsontext::find(members, "result")) {
+  if (const auto* returned = protocol::find(members, "result")) {
     try {
-      value = rjg::classic::to_xmlrpc(rjg::classic::from_json(returned->value.of(text), "result", max_depth));
-    } catch (const rjg::classic::ValueError& e) {
+      value = rjg::xmlrpc::to_xmlrpc(rjg::xmlrpc::from_json(returned->value.of(text), "result", max_depth));
+    } catch (const rjg::xmlrpc::ValueError& e) {
       return failed(fmt::format("The return value of keyword '{}' of library '{}' cannot be sent over XML-RPC: {}",
                                 keyword, library, e.what()));
     }
@@ -199,4 +199,4 @@ xmlrpc::Value keyword_result(const KeywordAnswer& answer, const std::string& lib
                         {"fatal", false}};
 }
 
-}  // namespace rjg::gateway::front
+}  // namespace rjg::gateway::fronts

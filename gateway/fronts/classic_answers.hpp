@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-namespace rjg::gateway::front {
+namespace rjg::gateway::fronts {
 namespace json = boost::json;
 
 // What a keyword call returns to the classic client.
@@ -54,4 +54,4 @@ HttpResponse fault(std::string_view message);
 xmlrpc::Value keyword_result(const KeywordAnswer& answer, const std::string& library, const std::string& keyword,
                              std::size_t max_depth);
 
-}  // namespace rjg::gateway::front
+}  // namespace rjg::gateway::fronts

@@ -10,7 +10,7 @@
 
 #include <algorithm>
 
-namespace rjg::gateway::front {
+namespace rjg::gateway::fronts {
 namespace protocol = rjg::protocol;
 
 bool import_lost(int code) {
@@ -28,29 +28,29 @@ namespace {
 // Ends a session that held an import, in the background: its end may wait for grace periods, and only the
 // next import of the same instance waits for it (the pools end what is left at shutdown). The import's room
 // comes free once it has ended.
-asio::awaitable<void> end_session(std::shared_ptr<ClientSession> session, std::string why, Ticket ticket,
-                                  std::shared_ptr<AsyncEvent> ended) {
+asio::awaitable<void> end_session(std::shared_ptr<session::ClientSession> session, std::string why, Ticket ticket,
+                                  std::shared_ptr<runtime::AsyncEvent> ended) {
   co_await session->end(std::move(why));
   ticket.release();
   ended->set();
 }
 }  // namespace
 
-Instance::Instance(GatewayContext& context, asio::any_io_executor executor, std::string library, std::string name)
+Instance::Instance(session::GatewayContext& context, asio::any_io_executor executor, std::string library, std::string name)
     : context_(context), executor_(executor), library_(std::move(library)), name_(std::move(name)),
       idle_timer_(std::move(executor)) {}
 
 void Instance::send(std::string json_text) {
-  auto classified = parse_message(json_text);
-  auto* message = std::get_if<Message>(&classified);
+  auto classified = protocol::parse_message(json_text);
+  auto* message = std::get_if<protocol::Message>(&classified);
   if (!message) {
     // Never expected; the calls waiting are failed rather than left waiting for good.
     log::error("bug: {}: the session sent a message that is not one: {}", name_,
-               std::get<ProtocolError>(classified).message);
+               std::get<protocol::ProtocolError>(classified).message);
     fail_pending("the gateway's session sent a malformed message (a bug; see the gateway's log)");
     return;
   }
-  if (message->kind == Message::Kind::notification) {
+  if (message->kind == protocol::Message::Kind::notification) {
     if (message->method() != protocol::kLog) return;
     if (!output_) {
       log::debug("{}: a log outside a keyword call was dropped", name_);
@@ -106,14 +106,14 @@ asio::awaitable<void> Instance::ensure_imported() {
 asio::awaitable<void> Instance::import() {
   if (!session_) {
     closing_ = false;
-    auto session = std::make_shared<ClientSession>(context_, context_.config(), context_.pools, weak_from_this(),
+    auto session = std::make_shared<session::ClientSession>(context_, context_.config(), context_.pools, weak_from_this(),
                                                    name_, executor_);
     session_ = session;
     std::string params = R"({"client_info": {"name": "robot-jsonrpc-gateway classic front"}})";
     auto init = co_await request(protocol::kInitialize, std::move(params));
-    if (init.kind != Message::Kind::response || session_ != session) {
+    if (init.kind != protocol::Message::Kind::response || session_ != session) {
       session_.reset();
-      throw Failure(init.kind == Message::Kind::response ? "the gateway is stopping" : init.error_message());
+      throw Failure(init.kind == protocol::Message::Kind::response ? "the gateway is stopping" : init.error_message());
     }
     notify(protocol::kInitialized, "{}");
   }
@@ -121,7 +121,7 @@ asio::awaitable<void> Instance::import() {
   std::string params = fmt::format(R"({{"name": {}}})", json_string(library_));
   auto answer = co_await request(protocol::kImportLibrary, std::move(params));
   if (session_ != session) throw Failure("the gateway is stopping");
-  if (answer.kind != Message::Kind::response) throw Failure(answer.error_message());
+  if (answer.kind != protocol::Message::Kind::response) throw Failure(answer.error_message());
   auto result = answer.result();
   const auto* token = result.is_object() ? result.as_object().if_contains("token") : nullptr;
   if (!token || !token->is_string()) throw Failure("the import answered without a token");
@@ -145,7 +145,7 @@ asio::awaitable<KeywordAnswer> Instance::run(const std::string& keyword, const s
   std::string params = fmt::format(R"({{"library_token": {}, "name": {}, "args": {}, "kwargs": {}}})",
                                    json_string(token_), json_string(keyword), args, kwargs);
   auto answer = co_await request(protocol::kRunKeyword, std::move(params));
-  if (answer.kind == Message::Kind::response) {
+  if (answer.kind == protocol::Message::Kind::response) {
     out.result_text = answer.result_text();
     // A keyword's failure is in its result: whether it took the import with it (its worker died or
     // overran keyword_timeout) the session knows, not the text (a library may name its own error so).
@@ -165,25 +165,25 @@ void Instance::drop(std::string why) {
   if (auto session = std::move(session_)) {
     session_.reset();
     ticket.ending();
-    previous_ = std::make_shared<AsyncEvent>(executor_);
+    previous_ = std::make_shared<runtime::AsyncEvent>(executor_);
     asio::co_spawn(executor_, end_session(std::move(session), std::move(why), std::move(ticket), previous_),
-                   log_exceptions("classic: end " + name_));
+                   runtime::log_exceptions("classic: end " + name_));
   }
 }
 
 void Instance::notify(std::string_view method, std::string_view params) {
-  auto text = make_notification_raw(method, params);
-  auto classified = parse_message(text);
-  session_->handle(std::get<Message>(classified));
+  auto text = protocol::make_notification_raw(method, params);
+  auto classified = protocol::parse_message(text);
+  session_->handle(std::get<protocol::Message>(classified));
 }
 
-asio::awaitable<Message> Instance::request(std::string_view method, std::string params) {
+asio::awaitable<protocol::Message> Instance::request(std::string_view method, std::string params) {
   if (!session_) throw Failure("the gateway is stopping");
   const auto id = next_id_++;
-  auto classified = parse_message(make_request_raw(std::to_string(id), method, params), request_limits());
-  auto* message = std::get_if<Message>(&classified);
+  auto classified = protocol::parse_message(protocol::make_request_raw(std::to_string(id), method, params), request_limits());
+  auto* message = std::get_if<protocol::Message>(&classified);
   // What a classic client sent made an invalid message (arguments nested deeper than max_json_depth).
-  if (!message) throw Failure(std::get<ProtocolError>(classified).message);
+  if (!message) throw Failure(std::get<protocol::ProtocolError>(classified).message);
   auto pending = std::make_shared<Pending>(executor_);
   pending_[id] = pending;
   struct Forget {
@@ -197,9 +197,9 @@ asio::awaitable<Message> Instance::request(std::string_view method, std::string 
   co_return std::move(*pending->answer);
 }
 
-JsonLimits Instance::request_limits() const {
+protocol::JsonLimits Instance::request_limits() const {
   const auto config = context_.config();
-  JsonLimits limits;
+  protocol::JsonLimits limits;
   limits.max_depth = config->gateway.max_json_depth;
   limits.max_object_members = config->gateway.max_object_members;
   return limits;
@@ -207,8 +207,8 @@ JsonLimits Instance::request_limits() const {
 
 void Instance::fail_pending(std::string_view why) {
   for (auto& [id, pending] : pending_) {
-    auto classified = parse_message(make_error_raw(std::to_string(id), protocol::kInternalError, why));
-    pending->answer.emplace(std::move(std::get<Message>(classified)));
+    auto classified = protocol::parse_message(protocol::make_error_raw(std::to_string(id), protocol::kInternalError, why));
+    pending->answer.emplace(std::move(std::get<protocol::Message>(classified)));
     pending->done.set();
   }
 }
@@ -312,4 +312,4 @@ void Library::check_unused() {
   if (auto unused = unused_) unused(*this);
 }
 
-}  // namespace rjg::gateway::front
+}  // namespace rjg::gateway::fronts

@@ -30,10 +30,15 @@
 #include <utility>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
 class ClientSession;
+}  // namespace rjg::gateway::session
 
-namespace front {
+namespace rjg::gateway::fronts {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+
 class Ticket;
 
 // A call that cannot be answered with a keyword result: answered with an XML-RPC fault carrying the text.
@@ -78,11 +83,11 @@ class Imports : public std::enable_shared_from_this<Imports> {
   }
   // True when changed() was called, false at the deadline.
   asio::awaitable<bool> wait_until(std::chrono::steady_clock::time_point deadline) {
-    auto turn = std::make_shared<AsyncEvent>(executor_);
+    auto turn = std::make_shared<runtime::AsyncEvent>(executor_);
     waiting_.push_back(turn);
     struct Leave {
       std::shared_ptr<Imports> imports;  // held: the frame may outlive the front at exit
-      std::shared_ptr<AsyncEvent> turn;
+      std::shared_ptr<runtime::AsyncEvent> turn;
       ~Leave() { std::erase(imports->waiting_, turn); }
     } leave{shared_from_this(), turn};
     co_return co_await turn->wait_until(deadline);
@@ -99,7 +104,7 @@ class Imports : public std::enable_shared_from_this<Imports> {
   std::shared_ptr<ClientCounts> clients_;
   std::size_t held_ = 0;
   std::size_t ending_ = 0;
-  std::deque<std::shared_ptr<AsyncEvent>> waiting_;
+  std::deque<std::shared_ptr<runtime::AsyncEvent>> waiting_;
   bool closed_ = false;
 };
 
@@ -147,9 +152,9 @@ class Ticket {
 
 // One import of the library, held by an in-process client session: the front talks JSON-RPC to it, and
 // it answers through this Connection. Used by one call at a time (Library hands it out).
-class Instance final : public Connection, public std::enable_shared_from_this<Instance> {
+class Instance final : public session::Connection, public std::enable_shared_from_this<Instance> {
  public:
-  Instance(GatewayContext& context, asio::any_io_executor executor, std::string library, std::string name);
+  Instance(session::GatewayContext& context, asio::any_io_executor executor, std::string library, std::string name);
 
   const std::string& name() const override { return name_; }
   void send(std::string json_text) override;
@@ -202,22 +207,22 @@ class Instance final : public Connection, public std::enable_shared_from_this<In
  private:
   struct Pending {
     explicit Pending(asio::any_io_executor executor) : done(std::move(executor)) {}
-    std::optional<Message> answer;
-    AsyncEvent done;
+    std::optional<protocol::Message> answer;
+    runtime::AsyncEvent done;
   };
 
   asio::awaitable<void> import();
   void notify(std::string_view method, std::string_view params);
-  asio::awaitable<Message> request(std::string_view method, std::string params);
-  JsonLimits request_limits() const;
+  asio::awaitable<protocol::Message> request(std::string_view method, std::string params);
+  protocol::JsonLimits request_limits() const;
   // Answers every call waiting with an internal error.
   void fail_pending(std::string_view why);
 
-  GatewayContext& context_;
+  session::GatewayContext& context_;
   asio::any_io_executor executor_;
   const std::string library_;
   const std::string name_;
-  std::shared_ptr<ClientSession> session_;
+  std::shared_ptr<session::ClientSession> session_;
   std::string token_;
   json::value definition_;
   std::uint64_t next_id_ = 1;
@@ -231,14 +236,14 @@ class Instance final : public Connection, public std::enable_shared_from_this<In
   std::chrono::steady_clock::time_point last_used_ = std::chrono::steady_clock::now();
   asio::steady_timer idle_timer_;
   std::uint64_t rests_ = 0;                  // which rest the idle timer is for
-  std::shared_ptr<AsyncEvent> previous_;  // set once the session of its last import has ended
+  std::shared_ptr<runtime::AsyncEvent> previous_;  // set once the session of its last import has ended
 };
 
 // A library as classic clients see it: its imports, and the calls waiting for one.
 class Library : public std::enable_shared_from_this<Library> {
  public:
   // unused: called when it holds no import, serves no call and has none waiting (the front forgets it).
-  Library(GatewayContext& context, asio::any_io_executor executor, std::string name, std::shared_ptr<Imports> imports,
+  Library(session::GatewayContext& context, asio::any_io_executor executor, std::string name, std::shared_ptr<Imports> imports,
           std::function<void(Library&)> unused)
       : context_(context), executor_(std::move(executor)), name_(std::move(name)), imports_(std::move(imports)),
         unused_(std::move(unused)) {}
@@ -291,13 +296,13 @@ class Library : public std::enable_shared_from_this<Library> {
  private:
   struct Waiter {
     explicit Waiter(asio::any_io_executor executor) : ready(std::move(executor)) {}
-    AsyncEvent ready;
+    runtime::AsyncEvent ready;
     std::shared_ptr<Instance> instance;
   };
 
   void check_unused();
 
-  GatewayContext& context_;
+  session::GatewayContext& context_;
   asio::any_io_executor executor_;
   const std::string name_;
   std::shared_ptr<Imports> imports_;
@@ -325,5 +330,4 @@ struct Held {
   std::shared_ptr<Instance> instance;
 };
 
-}  // namespace front
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::fronts

@@ -12,7 +12,7 @@
 #include <algorithm>
 #include <iterator>
 
-namespace rjg::gateway::front {
+namespace rjg::gateway::fronts {
 
 bool keyword_call(const xmlrpc::Call& call) {
   const auto& params = call.params;
@@ -59,13 +59,13 @@ asio::awaitable<std::string> write_result_on_pool(KeywordAnswer answer, std::str
 
 asio::awaitable<HttpResponse> run_keyword(CallContext& c) {
   const std::string& keyword = c.call().params[0].as<std::string>();
-  if (c.read.argument_error) throw rjg::classic::ValueError(*c.read.argument_error);
+  if (c.read.argument_error) throw rjg::xmlrpc::ValueError(*c.read.argument_error);
   // The arguments were converted with the parse (read_call in classic.cpp).
   auto held = co_await c.instance();
   auto& instance = held.instance;
   auto answer = co_await instance->run(keyword, c.read.args, c.read.kwargs, c.gw.max_message_bytes);
   if (instance->imported()) c.library->remember(instance->definition());
-  if (c.context.offload && answer.result_text.size() + answer.output.size() >= kOffloadFrameBytes) {
+  if (c.context.offload && answer.result_text.size() + answer.output.size() >= runtime::kOffloadFrameBytes) {
     const std::size_t result_bytes = answer.result_text.size() + answer.output.size();
     auto writing = write_result_on_pool(std::move(answer), c.name, keyword, c.gw.max_json_depth);
     std::string written = co_await asio::co_spawn(*c.context.offload, std::move(writing), asio::use_awaitable);
@@ -159,4 +159,4 @@ asio::awaitable<HttpResponse> dispatch(CallContext& c) {
   co_return co_await method->handle(c);
 }
 
-}  // namespace rjg::gateway::front
+}  // namespace rjg::gateway::fronts

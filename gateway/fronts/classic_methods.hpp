@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-namespace rjg::gateway::front {
+namespace rjg::gateway::fronts {
 
 // A request's body read as an XML-RPC call, and for run_keyword its arguments as JSON texts: the work that
 // grows with the body, done in one place, on the offload pool when the body is large.
@@ -35,7 +35,7 @@ bool keyword_call(const xmlrpc::Call& call);
 
 // One call on one library, as a method's handler sees it.
 struct CallContext {
-  GatewayContext& context;
+  session::GatewayContext& context;
   const ReadCall& read;
   const std::string& name;          // the library, as the path (or [classic] default_library) names it
   const config::Library& settings;  // its route's settings
@@ -63,7 +63,7 @@ struct Method {
 const Method* find_method(std::string_view name);
 
 // Answers the call through the table: a fault for an unknown method or parameters of the wrong shape.
-// Throws what a handler throws (Failure, rjg::classic::ValueError); the caller turns it into a fault.
+// Throws what a handler throws (Failure, rjg::xmlrpc::ValueError); the caller turns it into a fault.
 asio::awaitable<HttpResponse> dispatch(CallContext& c);
 
-}  // namespace rjg::gateway::front
+}  // namespace rjg::gateway::fronts

@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <utility>
 
-namespace rjg::gateway {
+namespace rjg::gateway::fronts {
 
 class ClientCounts {
  public:
@@ -61,4 +61,4 @@ class ClientCharge {
   std::string client_;
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::fronts

@@ -35,7 +35,7 @@
 #include <unordered_map>
 #include <utility>
 
-namespace rjg::gateway {
+namespace rjg::gateway::fronts {
 using namespace std::chrono_literals;
 namespace beast = boost::beast;
 namespace http = boost::beast::http;
@@ -380,7 +380,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<State> state,
     state->per_client.add(client);
     auto name = fmt::format("{}:{}", client, peer.port());
     asio::co_spawn(state->io, serve_connection(state, number, std::move(stream), client, name, for_probes),
-                   log_exceptions(state->name + " connection " + name));
+                   runtime::log_exceptions(state->name + " connection " + name));
   }
   std::erase(state->acceptors, acceptor);
 }
@@ -409,7 +409,7 @@ void HttpServer::serve(std::shared_ptr<tcp::acceptor> acceptor, std::string entr
   log::info("{}: serving HTTP on {} ({})", state_->name, endpoint_text(bound), entry);
   state_->acceptors.push_back(acceptor);
   asio::co_spawn(state_->io, accept_loop(state_, std::move(acceptor), fmt::format("{} ({})", endpoint_text(bound), entry)),
-                 log_exceptions(state_->name + " listener " + entry));
+                 runtime::log_exceptions(state_->name + " listener " + entry));
 }
 
 void HttpServer::stop() {
@@ -433,4 +433,4 @@ void HttpServer::set_allow_from(std::vector<config::Network> allow_from) {
 
 void HttpServer::set_limits(HttpLimits limits) { state_->limits = limits; }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::fronts

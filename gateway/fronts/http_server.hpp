@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::fronts {
 
 namespace asio = boost::asio;
 
@@ -128,4 +128,4 @@ class HttpServer {
   std::shared_ptr<detail::HttpState> state_;
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::fronts

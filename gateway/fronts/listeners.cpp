@@ -22,7 +22,7 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace rjg::gateway {
+namespace rjg::gateway::fronts {
 
 namespace {
 
@@ -133,7 +133,7 @@ void Listener::close() const {
 }
 
 std::vector<Listener> open_listen_entry(asio::io_context& io, const config::Gateway& gw,
-                                        const config::ListenAddress& address, PassedSockets* passed,
+                                        const config::ListenAddress& address, ops::PassedSockets* passed,
                                         const std::vector<std::string>& named) {
   std::vector<Listener> opened;
   if (address.kind == config::ListenAddress::Kind::unix_socket) {
@@ -193,4 +193,4 @@ std::vector<std::string> named_sockets(const config::Config& config) {
   return named;
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::fronts

@@ -15,10 +15,13 @@
 #include <string>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::ops {
+class PassedSockets;
+}  // namespace rjg::gateway::ops
+
+namespace rjg::gateway::fronts {
 
 namespace asio = boost::asio;
-class PassedSockets;
 
 struct Listener {
   using unix_socket = asio::local::stream_protocol;
@@ -35,10 +38,10 @@ struct Listener {
 // systemd passed (passed: none outside start, where a systemd entry cannot be served); a bare "systemd"
 // leaves the names in `named` to other entries. Throws std::runtime_error naming the entry on failure.
 std::vector<Listener> open_listen_entry(asio::io_context& io, const config::Gateway& gw,
-                                        const config::ListenAddress& address, PassedSockets* passed,
+                                        const config::ListenAddress& address, ops::PassedSockets* passed,
                                         const std::vector<std::string>& named);
 
 // The names "systemd:NAME" entries take, in every section: a bare "systemd" leaves those sockets to them.
 std::vector<std::string> named_sockets(const config::Config& config);
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::fronts

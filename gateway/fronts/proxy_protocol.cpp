@@ -16,7 +16,7 @@
 #include <variant>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::fronts {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
@@ -389,4 +389,4 @@ asio::awaitable<ProxyParse> read_proxy_header(tcp::socket& socket, std::chrono::
   }
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::fronts

@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-namespace rjg::gateway {
+namespace rjg::gateway::fronts {
 
 // A v1 line is at most 107 bytes with its CRLF ("PROXY UNKNOWN" and two full IPv6 addresses); the shortest
 // header of either version is "PROXY UNKNOWN\r\n".
@@ -64,4 +64,4 @@ std::string proxy_header_text(const ProxyHeader& header);
 boost::asio::awaitable<ProxyParse> read_proxy_header(boost::asio::ip::tcp::socket& socket,
                                                      std::chrono::milliseconds timeout);
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::fronts

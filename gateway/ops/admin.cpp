@@ -15,7 +15,7 @@
 
 #include <unistd.h>
 
-namespace rjg::gateway {
+namespace rjg::gateway::ops {
 using namespace std::chrono_literals;
 namespace json = boost::json;
 
@@ -38,14 +38,14 @@ class Family {
   void sample(std::string_view labels, double value) {
     out_ += labels.empty() ? fmt::format("{} {}\n", name_, value) : fmt::format("{}{{{}}} {}\n", name_, labels, value);
   }
-  void histogram(std::string_view labels, const workers::Histogram& h) { h.render(out_, name_, labels); }
+  void histogram(std::string_view labels, const supervisor::Histogram& h) { h.render(out_, name_, labels); }
 
  private:
   std::string& out_;
   std::string name_;
 };
 
-std::string library_label(std::string_view name) { return fmt::format("library=\"{}\"", workers::label_value(name)); }
+std::string library_label(std::string_view name) { return fmt::format("library=\"{}\"", supervisor::label_value(name)); }
 
 template <class Values, std::size_t N>
 void counters(Family& family, std::string_view library, const Values& values, std::string_view label,
@@ -63,8 +63,8 @@ void counters(Family& family, std::string_view library, const Values& values, st
 // connection no longer), and beyond the 64 connections 8 more are kept for /livez and /readyz, one per
 // address, so that a probe from elsewhere is answered whoever holds the 64. doc/operations.md
 // says the same numbers.
-HttpLimits admin_limits() {
-  HttpLimits limits;
+fronts::HttpLimits admin_limits() {
+  fronts::HttpLimits limits;
   limits.max_request_bytes = 8 * 1024;
   limits.request_timeout = 10s;
   limits.header_timeout = 2s;
@@ -80,25 +80,25 @@ AdminPages::AdminPages(const LoopHeartbeat& heartbeat, std::function<Readiness()
                        std::function<AdminSnapshot()> snapshot)
     : heartbeat_(heartbeat), readiness_(std::move(readiness)), snapshot_(std::move(snapshot)) {}
 
-std::optional<HttpResponse> AdminPages::page(std::string_view path) const {
+std::optional<fronts::HttpResponse> AdminPages::page(std::string_view path) const {
   if (path == "/metrics") {
     // The content type of the text exposition format, version 0.0.4.
-    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_text(snapshot_())};
+    return fronts::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_text(snapshot_())};
   }
   if (path == "/livez") {
     const auto stuck = heartbeat_.stuck(kStuckAfter);
-    if (stuck == 0) return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"};
-    return HttpResponse{503, "text/plain; charset=utf-8",
+    if (stuck == 0) return fronts::HttpResponse{200, "text/plain; charset=utf-8", "ok\n"};
+    return fronts::HttpResponse{503, "text/plain; charset=utf-8",
                         fmt::format("{} of {} event loops ran no handler for {}s\n", stuck, heartbeat_.loops(),
                                     kStuckAfter.count())};
   }
   if (path == "/readyz") {
     const auto readiness = readiness_();
-    if (readiness.draining) return HttpResponse{503, "text/plain; charset=utf-8", "draining: no new sessions\n"};
-    if (!readiness.serving) return HttpResponse{503, "text/plain; charset=utf-8", "starting\n"};
-    return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
+    if (readiness.draining) return fronts::HttpResponse{503, "text/plain; charset=utf-8", "draining: no new sessions\n"};
+    if (!readiness.serving) return fronts::HttpResponse{503, "text/plain; charset=utf-8", "starting\n"};
+    return fronts::HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
   }
-  if (path == "/status") return HttpResponse{200, "application/json", json::serialize(status_json(snapshot_())) + "\n"};
+  if (path == "/status") return fronts::HttpResponse{200, "application/json", json::serialize(status_json(snapshot_())) + "\n"};
   if (path == "/") return status_page_response(status_json(snapshot_()));
   if (path == kStatusPageStylesheet) return status_page_stylesheet();
   if (path == kStatusPageIcon) return status_page_icon();
@@ -119,7 +119,7 @@ std::string metrics_text(const AdminSnapshot& s) {
   const auto count = [](const std::atomic<std::uint64_t>& a) { return static_cast<double>(a.load(std::memory_order_relaxed)); };
 
   Family(out, "build_info", "gauge", "The gateway's version (always 1).")
-      .sample(fmt::format("version=\"{}\"", workers::label_value(s.version)), 1);
+      .sample(fmt::format("version=\"{}\"", supervisor::label_value(s.version)), 1);
   Family(out, "start_time_seconds", "gauge", "When the gateway started, in seconds since the Unix epoch.")
       .sample("", std::chrono::duration<double>(s.started_at.time_since_epoch()).count());
   Family(out, "ready", "gauge", "1 while the gateway takes new sessions (as /readyz), 0 before and while draining.")
@@ -159,11 +159,11 @@ std::string metrics_text(const AdminSnapshot& s) {
   // Per library: every name configured now, and every one counted since start (a reload may remove one).
   const auto& pools = s.pools;
   const auto known = m.libraries();
-  std::map<std::string, const workers::LibraryMetrics*> libraries;
+  std::map<std::string, const supervisor::LibraryMetrics*> libraries;
   for (const auto& [name, lib] : known) libraries[name] = lib;
   for (const auto& pool : pools) libraries.try_emplace(pool.library, nullptr);
-  static const workers::LibraryMetrics kNone;
-  auto of = [&](const std::string& name) -> const workers::LibraryMetrics& {
+  static const supervisor::LibraryMetrics kNone;
+  auto of = [&](const std::string& name) -> const supervisor::LibraryMetrics& {
     auto it = libraries.find(name);
     return it != libraries.end() && it->second ? *it->second : kNone;
   };
@@ -362,4 +362,4 @@ json::object status_json(const AdminSnapshot& s) {
   return status;
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::ops

@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::ops {
 
 struct AdminSnapshot {
   std::chrono::steady_clock::time_point now;
@@ -37,10 +37,10 @@ struct AdminSnapshot {
   std::string status;          // the STATUS= line
   std::string reload_problem;  // the last reload failed: why
   std::vector<SessionTable::Entry> sessions;
-  std::vector<workers::PoolView> pools;
+  std::vector<supervisor::PoolView> pools;
   std::vector<std::vector<std::uint64_t>> worker_rss;  // per pool, per worker: resident bytes (0: an upstream)
   std::optional<boost::json::object> classic;          // the classic front's, when it runs
-  const workers::Metrics* metrics = nullptr;            // counters: atomics, read as the page renders
+  const supervisor::Metrics* metrics = nullptr;            // counters: atomics, read as the page renders
 };
 
 // The resident memory of a process, in bytes (/proc/PID/statm: pages); 0 if gone.
@@ -51,7 +51,7 @@ std::string metrics_text(const AdminSnapshot& snapshot);
 boost::json::object status_json(const AdminSnapshot& snapshot);
 
 // What the admin endpoint takes (connections, sizes, timeouts): no client can make a health probe fail.
-HttpLimits admin_limits();
+fronts::HttpLimits admin_limits();
 
 class AdminPages {
  public:
@@ -62,7 +62,7 @@ class AdminPages {
   AdminPages(const LoopHeartbeat& heartbeat, std::function<Readiness()> readiness,
              std::function<AdminSnapshot()> snapshot);
   // /metrics, /livez, /readyz, /status, the status page (/) and its stylesheet and icon; nullopt: 404.
-  std::optional<HttpResponse> page(std::string_view path) const;
+  std::optional<fronts::HttpResponse> page(std::string_view path) const;
 
  private:
   const LoopHeartbeat& heartbeat_;
@@ -70,4 +70,4 @@ class AdminPages {
   std::function<AdminSnapshot()> snapshot_;
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::ops

@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::ops {
 
 namespace asio = boost::asio;
 class LoopHeartbeat {
@@ -65,4 +65,4 @@ class LoopHeartbeat {
   std::shared_ptr<State> state_;
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::ops

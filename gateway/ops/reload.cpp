@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <chrono>
 
-namespace rjg::gateway {
+namespace rjg::gateway::ops {
 
 namespace {
 
@@ -25,7 +25,7 @@ bool listed(const config::Config& c, const std::string& text) {
 
 }  // namespace
 
-Reloader::Reloader(asio::io_context& io, GatewayContext& context, Admission& admission)
+Reloader::Reloader(asio::io_context& io, session::GatewayContext& context, fronts::Admission& admission)
     : io_(io), context_(context), admission_(admission) {}
 
 bool Reloader::reload(const std::string& path, const Fronts& fronts) {
@@ -41,7 +41,7 @@ bool Reloader::reload(const std::string& path, const Fronts& fronts) {
 
   std::vector<std::string> notes;  // logged once the reload is sure to apply
   keep_fixed(*before, *next, fronts.listening, notes);
-  std::vector<Listener> opened;
+  std::vector<fronts::Listener> opened;
   if (auto problem = open_added(*before, *next, opened, notes)) return fail(path, {*problem});
   swap_listeners(*next, std::move(opened));
   reconfigure_fronts(*before, *next, fronts, notes);
@@ -54,7 +54,7 @@ std::shared_ptr<config::Config> Reloader::validate(const std::string& path, std:
   std::shared_ptr<config::Config> next;
   try {
     next = std::make_shared<config::Config>(config::load_file(path));
-    problems = workers::check_libraries(*next);
+    problems = supervisor::check_libraries(*next);
   } catch (const config::ConfigError& e) {
     problems = e.problems;
   }
@@ -93,7 +93,7 @@ void Reloader::keep_fixed(const config::Config& before, config::Config& next, bo
 }
 
 std::optional<std::string> Reloader::open_added(const config::Config& before, config::Config& next,
-                                                std::vector<Listener>& opened, std::vector<std::string>& notes) {
+                                                std::vector<fronts::Listener>& opened, std::vector<std::string>& notes) {
   // The entries no longer listed close later (their sessions stay); new ones open here. A new address that
   // cannot be opened fails the whole reload, before anything has changed.
   std::vector<config::ListenAddress> kept_listen;
@@ -110,7 +110,7 @@ std::optional<std::string> Reloader::open_added(const config::Config& before, co
     }
     try {
       // Opened with the unix_mode and unix_group in force until this reload applies.
-      for (auto& listener : open_listen_entry(io_, before.gateway, address, nullptr, {}))
+      for (auto& listener : fronts::open_listen_entry(io_, before.gateway, address, nullptr, {}))
         opened.push_back(std::move(listener));
     } catch (const std::exception& e) {
       for (auto& listener : opened) listener.close();
@@ -123,8 +123,8 @@ std::optional<std::string> Reloader::open_added(const config::Config& before, co
   return std::nullopt;
 }
 
-void Reloader::swap_listeners(const config::Config& next, std::vector<Listener> opened) {
-  admission_.close_if([&](const Listener& listener) {
+void Reloader::swap_listeners(const config::Config& next, std::vector<fronts::Listener> opened) {
+  admission_.close_if([&](const fronts::Listener& listener) {
     if (listed(next, listener.entry)) return false;
     log::info("reload: no longer listening on {} (\"{}\"); its sessions go on", listener.text(), listener.entry);
     if (listener.entry.starts_with("systemd"))
@@ -166,4 +166,4 @@ void Reloader::apply(const std::string& path, std::shared_ptr<const config::Conf
             names(changes.added), names(changes.removed), names(changes.changed), changes.unchanged);
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::ops

@@ -13,20 +13,24 @@
 #include <string>
 #include <vector>
 
-namespace rjg::gateway {
-
+namespace rjg::gateway::fronts {
+namespace asio = boost::asio;
 class ClassicFront;
 class HttpServer;
+}  // namespace rjg::gateway::fronts
+
+namespace rjg::gateway::ops {
+
 
 class Reloader {
  public:
-  Reloader(asio::io_context& io, GatewayContext& context, Admission& admission);
+  Reloader(asio::io_context& io, session::GatewayContext& context, fronts::Admission& admission);
 
   // What serves now, besides the admission's listeners (none: not there).
   struct Fronts {
     bool listening = false;  // [gateway] listen was opened: --stdio opens no listener, and a reload none either
-    HttpServer* admin = nullptr;
-    ClassicFront* classic = nullptr;
+    fronts::HttpServer* admin = nullptr;
+    fronts::ClassicFront* classic = nullptr;
   };
   // On loop 0: reads and checks `path` as --check-config does, and applies it; returns whether it did.
   bool reload(const std::string& path, const Fronts& fronts);
@@ -43,18 +47,18 @@ class Reloader {
   // Opens the listen entries `next` adds (systemd ones cannot be: noted and left out of `next`); on
   // failure closes what it opened and returns why.
   std::optional<std::string> open_added(const config::Config& before, config::Config& next,
-                                        std::vector<Listener>& opened, std::vector<std::string>& notes);
+                                        std::vector<fronts::Listener>& opened, std::vector<std::string>& notes);
   // Closes the listeners `next` no longer lists and starts the opened ones.
-  void swap_listeners(const config::Config& next, std::vector<Listener> opened);
+  void swap_listeners(const config::Config& next, std::vector<fronts::Listener> opened);
   static void reconfigure_fronts(const config::Config& before, config::Config& next, const Fronts& fronts,
                                  std::vector<std::string>& notes);
   // Everything else, from now on: routes, pools, logging; counted and logged.
   void apply(const std::string& path, std::shared_ptr<const config::Config> next);
 
   asio::io_context& io_;
-  GatewayContext& context_;
-  Admission& admission_;
+  session::GatewayContext& context_;
+  fronts::Admission& admission_;
   std::string problem_;
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::ops

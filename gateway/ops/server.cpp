@@ -14,7 +14,7 @@
 
 #include <csignal>
 
-namespace rjg::gateway {
+namespace rjg::gateway::ops {
 
 namespace {
 
@@ -40,9 +40,9 @@ void Server::listen(PassedSockets& passed, const std::vector<std::string>& named
   listening_ = true;
   const auto config = context_.config();
   std::vector<std::string> named = named_elsewhere;
-  for (auto& name : named_sockets(*config)) named.push_back(std::move(name));
+  for (auto& name : fronts::named_sockets(*config)) named.push_back(std::move(name));
   for (const auto& address : config->gateway.listen)
-    for (auto& listener : open_listen_entry(io_, config->gateway, address, &passed, named))
+    for (auto& listener : fronts::open_listen_entry(io_, config->gateway, address, &passed, named))
       admission_.add(std::move(listener));
 }
 
@@ -53,22 +53,22 @@ void Server::listen_admin(PassedSockets& passed) {
   admin_pages_ = std::make_unique<AdminPages>(
       *heartbeat_, [this] { return AdminPages::Readiness{ready_, context_.draining.load()}; },
       [this] { return admin_snapshot(); });
-  admin_ = std::make_unique<HttpServer>(
+  admin_ = std::make_unique<fronts::HttpServer>(
       io_, [this](std::string_view path) { return admin_pages_->page(path); }, config->admin.allow_from,
       admin_limits());
-  const auto named = named_sockets(*config);
+  const auto named = fronts::named_sockets(*config);
   for (const auto& address : config->admin.listen)
-    for (auto& listener : open_listen_entry(io_, config->gateway, address, &passed, named))
+    for (auto& listener : fronts::open_listen_entry(io_, config->gateway, address, &passed, named))
       admin_->serve(listener.acceptor, listener.entry);
 }
 
 void Server::listen_classic(PassedSockets& passed) {
   const auto config = context_.config();
   if (config->classic.listen.empty()) return;
-  classic_ = std::make_unique<ClassicFront>(io_, context_, *config);
-  const auto named = named_sockets(*config);
+  classic_ = std::make_unique<fronts::ClassicFront>(io_, context_, *config);
+  const auto named = fronts::named_sockets(*config);
   for (const auto& address : config->classic.listen)
-    for (auto& listener : open_listen_entry(io_, config->gateway, address, &passed, named))
+    for (auto& listener : fronts::open_listen_entry(io_, config->gateway, address, &passed, named))
       classic_->serve(listener.acceptor, listener.entry);
 }
 
@@ -96,7 +96,7 @@ asio::awaitable<void> Server::shutdown(std::function<void()> drain_begun) {
   const auto drain = context_.config()->gateway.drain_timeout;
   log::info("draining: no new connections; {} sessions ({} requests in flight) may go on for up to {}s",
             sessions_.size(), context_.requests_in_flight.load(), drain.count() / 1000.0);
-  const auto deadline = AsyncEvent::clock::now() + drain;
+  const auto deadline = runtime::AsyncEvent::clock::now() + drain;
   co_await sessions_.wait_empty_until(deadline);
   bool classic_drained = true;  // not `!classic_ || co_await ...`: GCC 12 and co_await in a condition
   if (classic_) classic_drained = co_await classic_->drain(deadline);
@@ -159,4 +159,4 @@ AdminSnapshot Server::admin_snapshot() const {
   return s;
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::ops

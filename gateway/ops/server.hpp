@@ -18,12 +18,16 @@
 #include <string>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::fronts {
+namespace asio = boost::asio;
+class ClassicFront;
+class HttpServer;
+}  // namespace rjg::gateway::fronts
+
+namespace rjg::gateway::ops {
 
 class AdminPages;
 struct AdminSnapshot;
-class ClassicFront;
-class HttpServer;
 class LoopHeartbeat;
 class PassedSockets;
 
@@ -76,9 +80,9 @@ class Server {
   asio::io_context& io_;
   std::vector<asio::any_io_executor> loops_;
   asio::thread_pool offload_{kOffloadThreads};
-  GatewayContext context_;
+  session::GatewayContext context_;
   SessionTable sessions_;
-  Admission admission_;
+  fronts::Admission admission_;
   Reloader reloader_;
   bool listening_ = false;  // listen() ran: --stdio opens no listener, and a reload opens none either
   bool ready_ = false;
@@ -86,8 +90,8 @@ class Server {
   const std::chrono::steady_clock::time_point started_steady_ = std::chrono::steady_clock::now();
   std::unique_ptr<LoopHeartbeat> heartbeat_;
   std::unique_ptr<AdminPages> admin_pages_;  // before admin_, whose handler calls it
-  std::unique_ptr<HttpServer> admin_;
-  std::unique_ptr<ClassicFront> classic_;
+  std::unique_ptr<fronts::HttpServer> admin_;
+  std::unique_ptr<fronts::ClassicFront> classic_;
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::ops

@@ -14,9 +14,9 @@
 
 #include <functional>
 
-namespace rjg::gateway {
+namespace rjg::gateway::ops {
 
-SessionTable::SessionTable(GatewayContext& context, std::vector<asio::any_io_executor> loops,
+SessionTable::SessionTable(session::GatewayContext& context, std::vector<asio::any_io_executor> loops,
                            asio::any_io_executor offload)
     : context_(context), loops_(std::move(loops)), offload_(std::move(offload)), sessions_gone_(context.executor) {}
 
@@ -27,17 +27,17 @@ void SessionTable::adopt(int fd, std::string client, std::string peer, bool is_s
   auto number = next_session_++;
   context_.metrics.sessions_total.fetch_add(1, std::memory_order_relaxed);
   auto name = fmt::format("session {} ({})", number, peer);
-  std::shared_ptr<Connection> session;
+  std::shared_ptr<session::Connection> session;
   std::function<void()> start;
   if (is_socket) {
     // Made here, started on its loop: nothing of it runs on this one.
-    auto s = std::make_shared<StreamConnection<FdStream>>(FdStream(loop, fd), context_, context_.pools,
+    auto s = std::make_shared<session::StreamConnection<runtime::FdStream>>(runtime::FdStream(loop, fd), context_, context_.pools,
                                                           std::move(name), offload_);
     start = [s] { s->start(); };
     session = s;
   } else {
-    using Stdio = DuplexStream<FdStream, FdStream>;
-    auto s = std::make_shared<StreamConnection<Stdio>>(Stdio(FdStream(loop, fd), FdStream(loop, out_fd)), context_,
+    using Stdio = runtime::DuplexStream<runtime::FdStream, runtime::FdStream>;
+    auto s = std::make_shared<session::StreamConnection<Stdio>>(Stdio(runtime::FdStream(loop, fd), runtime::FdStream(loop, out_fd)), context_,
                                                        context_.pools, std::move(name), offload_);
     start = [s] { s->start(); };
     session = s;
@@ -55,7 +55,7 @@ void SessionTable::adopt(int fd, std::string client, std::string peer, bool is_s
         co_await session->wait_closed();
       },
       asio::bind_executor(context_.executor, [this, number, client](std::exception_ptr e) {
-        log_exceptions("session tracker")(e);
+        runtime::log_exceptions("session tracker")(e);
         sessions_.erase(number);
         context_.clients->remove(client);
         if (sessions_.empty()) sessions_gone_.set();
@@ -64,11 +64,11 @@ void SessionTable::adopt(int fd, std::string client, std::string peer, bool is_s
 
 asio::awaitable<void> SessionTable::stdio_closed() const { co_await closed(stdio_); }
 
-asio::awaitable<void> SessionTable::closed(std::weak_ptr<Connection> connection) {
+asio::awaitable<void> SessionTable::closed(std::weak_ptr<session::Connection> connection) {
   if (auto s = connection.lock()) co_await s->wait_closed();
 }
 
-asio::awaitable<bool> SessionTable::wait_empty_until(AsyncEvent::clock::time_point deadline) {
+asio::awaitable<bool> SessionTable::wait_empty_until(runtime::AsyncEvent::clock::time_point deadline) {
   // Not `if (!co_await ...) co_return false;` in the loop: GCC 12 compiled that into a trap (SIGILL).
   bool in_time = true;
   while (in_time && !sessions_.empty()) {
@@ -88,7 +88,7 @@ asio::awaitable<void> SessionTable::close_all(std::string why) {
     asio::post(session.loop, [weak = session.connection, why] {
       if (auto s = weak.lock()) s->close(why);
     });
-  for (auto& session : live) co_await run_on(session.loop, closed(session.connection));
+  for (auto& session : live) co_await runtime::run_on(session.loop, closed(session.connection));
 }
 
 std::vector<SessionTable::Entry> SessionTable::entries() const {
@@ -102,4 +102,4 @@ std::vector<SessionTable::Entry> SessionTable::entries() const {
   return out;
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::ops

@@ -19,13 +19,15 @@
 #include <unordered_map>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::ops {
+
+namespace asio = boost::asio;
 
 class SessionTable {
  public:
   // loops: every event loop sessions are spread over (loop 0 included); offload: the threads that take
   // large frames off the loops. The table itself lives on context.executor (loop 0).
-  SessionTable(GatewayContext& context, std::vector<asio::any_io_executor> loops, asio::any_io_executor offload);
+  SessionTable(session::GatewayContext& context, std::vector<asio::any_io_executor> loops, asio::any_io_executor offload);
 
   // Starts a session over a descriptor it takes over, on the next loop; `client` counts its sessions
   // against max_sessions_per_client until it ends. out_fd: a second descriptor it writes to (--stdio).
@@ -38,7 +40,7 @@ class SessionTable {
 
   // The drain, in two steps: wait for the sessions to end by themselves (false: some are open at the
   // deadline), then close those left, each on its own loop, answering what still runs with `why`.
-  asio::awaitable<bool> wait_empty_until(AsyncEvent::clock::time_point deadline);
+  asio::awaitable<bool> wait_empty_until(runtime::AsyncEvent::clock::time_point deadline);
   asio::awaitable<void> close_all(std::string why);
 
   // One open session as /status shows it.
@@ -47,30 +49,30 @@ class SessionTable {
     std::string peer;  // "10.1.2.3:51234"
     std::chrono::steady_clock::time_point since;
     std::size_t imports = 0;
-    std::optional<SessionActivity::Snapshot> activity;
+    std::optional<session::SessionActivity::Snapshot> activity;
   };
   std::vector<Entry> entries() const;
 
  private:
   struct Live {
     asio::any_io_executor loop;  // where the session runs: it is closed and awaited there
-    std::weak_ptr<Connection> connection;
+    std::weak_ptr<session::Connection> connection;
     std::string peer;
     std::chrono::steady_clock::time_point since;
     std::shared_ptr<std::atomic<std::size_t>> imports;  // the connection's imports_open
-    std::shared_ptr<SessionActivity> activity;          // the connection's activity
+    std::shared_ptr<session::SessionActivity> activity;          // the connection's activity
   };
   // On the session's loop: completes once it is closed (at once if it is gone).
-  static asio::awaitable<void> closed(std::weak_ptr<Connection> connection);
+  static asio::awaitable<void> closed(std::weak_ptr<session::Connection> connection);
 
-  GatewayContext& context_;
+  session::GatewayContext& context_;
   std::vector<asio::any_io_executor> loops_;
   asio::any_io_executor offload_;
   std::size_t next_loop_ = 0;
   std::uint64_t next_session_ = 1;
   std::unordered_map<std::uint64_t, Live> sessions_;  // loop 0's
-  std::weak_ptr<Connection> stdio_;                   // --stdio: the one session
-  AsyncEvent sessions_gone_;  // set whenever the last session is forgotten (the drain waits for it)
+  std::weak_ptr<session::Connection> stdio_;                   // --stdio: the one session
+  runtime::AsyncEvent sessions_gone_;  // set whenever the last session is forgotten (the drain waits for it)
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::ops

@@ -11,7 +11,7 @@
 #include <map>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::ops {
 namespace json = boost::json;
 
 namespace {
@@ -457,8 +457,8 @@ std::string render_status_page(const json::object& status) {
   return page.take();
 }
 
-HttpResponse status_page_response(const json::object& status) {
-  return HttpResponse{200,
+fronts::HttpResponse status_page_response(const json::object& status) {
+  return fronts::HttpResponse{200,
                       "text/html; charset=utf-8",
                       render_status_page(status),
                       {{"Content-Security-Policy", std::string(kStatusPagePolicy)},
@@ -467,16 +467,16 @@ HttpResponse status_page_response(const json::object& status) {
                        {"X-Frame-Options", "DENY"}}};
 }
 
-HttpResponse status_page_icon() {
-  return HttpResponse{200,
+fronts::HttpResponse status_page_icon() {
+  return fronts::HttpResponse{200,
                       "image/svg+xml",
                       "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 16 16\"><circle cx=\"8\" cy=\"8\" "
                       "r=\"7\" fill=\"#1b6e20\"/></svg>\n",
                       {{"X-Content-Type-Options", "nosniff"}}};
 }
 
-HttpResponse status_page_stylesheet() {
-  return HttpResponse{200, "text/css; charset=utf-8", std::string(kStylesheet), {{"X-Content-Type-Options", "nosniff"}}};
+fronts::HttpResponse status_page_stylesheet() {
+  return fronts::HttpResponse{200, "text/css; charset=utf-8", std::string(kStylesheet), {{"X-Content-Type-Options", "nosniff"}}};
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::ops

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-namespace rjg::gateway {
+namespace rjg::gateway::ops {
 
 // Where the page's stylesheet and icon are served (the policy allows styles and images from the endpoint only).
 inline constexpr std::string_view kStatusPageStylesheet = "/status.css";
@@ -24,10 +24,10 @@ inline constexpr std::string_view kStatusPagePolicy =
 inline constexpr int kStatusPageRefreshSeconds = 10;
 
 // The page for a snapshot as status_json (admin.hpp) renders it, with its security headers.
-HttpResponse status_page_response(const boost::json::object& status);
-HttpResponse status_page_stylesheet();
-HttpResponse status_page_icon();
+fronts::HttpResponse status_page_response(const boost::json::object& status);
+fronts::HttpResponse status_page_stylesheet();
+fronts::HttpResponse status_page_icon();
 // The HTML alone.
 std::string render_status_page(const boost::json::object& status);
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::ops

@@ -20,7 +20,7 @@
 #include <cstring>
 #include <utility>
 
-namespace rjg::gateway {
+namespace rjg::gateway::ops {
 using namespace std::chrono_literals;
 
 namespace {
@@ -278,4 +278,4 @@ void ServiceNotifications::watchdog_tick() {
   });
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::ops

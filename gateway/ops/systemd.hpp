@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::ops {
 
 namespace asio = boost::asio;
 
@@ -126,4 +126,4 @@ class ServiceNotifications {
   std::uint64_t round_ = 0;
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::ops

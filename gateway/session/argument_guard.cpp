@@ -12,43 +12,43 @@
 #include <utility>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
 namespace {
 
 namespace json = boost::json;
-using Edits = std::vector<std::pair<Slice, std::string>>;
+using Edits = std::vector<std::pair<protocol::Slice, std::string>>;
 
 // The replacement of one string literal, when escaping changes it.
-void escape_literal(std::string_view text, Slice literal, Edits& edits) {
-  const std::string value = jsontext::decode_string(literal.of(text));
-  if (robot::holds_syntax(value)) edits.emplace_back(literal, jsontext::quote(robot::escape(value)));
+void escape_literal(std::string_view text, protocol::Slice literal, Edits& edits) {
+  const std::string value = protocol::decode_string(literal.of(text));
+  if (protocol::holds_syntax(value)) edits.emplace_back(literal, protocol::quote(protocol::escape(value)));
 }
 
 // Walks one value of the params (slices are made absolute with `base`) and collects the edits of the
 // strings the worker evaluates: the elements of a list (positional) or the keys and values of an object
 // (named), one level deep; what is nested deeper reaches the worker as objects, not as Robot data.
-class TopLevelStrings final : public jsontext::Visitor {
+class TopLevelStrings final : public protocol::Visitor {
  public:
   TopLevelStrings(std::string_view text, std::size_t base, Edits& edits) : text_(text), base_(base), edits_(edits) {}
-  bool begin(jsontext::Kind, std::size_t) override {
+  bool begin(protocol::Kind, std::size_t) override {
     ++depth_;
     return true;
   }
-  bool key(Slice literal) override {
+  bool key(protocol::Slice literal) override {
     if (depth_ == 1) escape_literal(text_, at(literal), edits_);
     return true;
   }
-  bool scalar(jsontext::Kind kind, Slice value) override {
-    if (depth_ == 1 && kind == jsontext::Kind::string) escape_literal(text_, at(value), edits_);
+  bool scalar(protocol::Kind kind, protocol::Slice value) override {
+    if (depth_ == 1 && kind == protocol::Kind::string) escape_literal(text_, at(value), edits_);
     return true;
   }
-  bool end(jsontext::Kind, Slice) override {
+  bool end(protocol::Kind, protocol::Slice) override {
     --depth_;
     return true;
   }
 
  private:
-  Slice at(Slice s) const { return {s.offset + base_, s.size}; }
+  protocol::Slice at(protocol::Slice s) const { return {s.offset + base_, s.size}; }
   std::string_view text_;
   std::size_t base_;
   Edits& edits_;
@@ -78,13 +78,13 @@ std::optional<std::string> unhex(std::string_view hex) {
 struct Finding {
   std::string path;    // "kw_args.options", "kw_args.options (pickled)"
   std::string text;    // the string, printable and shortened
-  std::string reason;  // from robot::evaluated_in_text, or why a pickle cannot be read
+  std::string reason;  // from protocol::evaluated_in_text, or why a pickle cannot be read
 };
 
-class PickleStrings final : public PickleTextVisitor {
+class PickleStrings final : public pickle::PickleTextVisitor {
  public:
   bool text(std::string_view value, bool is_bytes) override {
-    if (auto why = robot::evaluated_in_text(value, is_bytes)) {
+    if (auto why = protocol::evaluated_in_text(value, is_bytes)) {
       found = std::pair{log::printable(value, 80), std::move(*why)};
       return false;
     }
@@ -95,22 +95,22 @@ class PickleStrings final : public PickleTextVisitor {
 
 // Every string in an import argument that becomes text (a list or an object, possibly holding
 // pickles), checked as part of the value's Python text.
-class NestedStrings final : public jsontext::Visitor {
+class NestedStrings final : public protocol::Visitor {
  public:
   NestedStrings(std::string_view text, std::string path) : text_(text), path_(std::move(path)) {}
-  bool begin(jsontext::Kind, std::size_t) override { return true; }
-  bool key(Slice literal) override {
-    const std::string key = jsontext::decode_string(literal.of(text_));
+  bool begin(protocol::Kind, std::size_t) override { return true; }
+  bool key(protocol::Slice literal) override {
+    const std::string key = protocol::decode_string(literal.of(text_));
     pickle_next_ = key == "__pickled__";
     return check(key);
   }
-  bool scalar(jsontext::Kind kind, Slice value) override {
+  bool scalar(protocol::Kind kind, protocol::Slice value) override {
     const bool pickle = std::exchange(pickle_next_, false);
-    if (kind != jsontext::Kind::string) return true;
-    const std::string s = jsontext::decode_string(value.of(text_));
+    if (kind != protocol::Kind::string) return true;
+    const std::string s = protocol::decode_string(value.of(text_));
     return pickle ? check_pickle(s) : check(s);
   }
-  bool end(jsontext::Kind, Slice) override {
+  bool end(protocol::Kind, protocol::Slice) override {
     pickle_next_ = false;
     return true;
   }
@@ -118,7 +118,7 @@ class NestedStrings final : public jsontext::Visitor {
 
  private:
   bool check(const std::string& s) {
-    if (auto why = robot::evaluated_in_text(s)) {
+    if (auto why = protocol::evaluated_in_text(s)) {
       finding = Finding{path_, log::printable(s, 80), std::move(*why)};
       return false;
     }
@@ -132,7 +132,7 @@ class NestedStrings final : public jsontext::Visitor {
       return false;
     }
     PickleStrings strings;
-    if (auto error = visit_pickle_strings(*bytes, strings)) {
+    if (auto error = pickle::visit_pickle_strings(*bytes, strings)) {
       finding = Finding{path, {}, fmt::format("its pickle cannot be read ({}), so the strings in it cannot be checked",
                                               *error)};
       return false;
@@ -151,7 +151,7 @@ class NestedStrings final : public jsontext::Visitor {
 
 // Whether a pickle is one str (or bytes) and nothing else, and that text: PROTO, FRAME and the memo
 // opcodes only keep books (pickletools), so a pickle of a plain string is its one text opcode and STOP.
-class RootText final : public PickleTextVisitor {
+class RootText final : public pickle::PickleTextVisitor {
  public:
   void opcode(unsigned char op) override {
     constexpr unsigned char kProto = 0x80, kFrame = 0x95, kMemoize = 0x94, kBinput = 'q', kLongBinput = 'r',
@@ -182,14 +182,14 @@ class RootText final : public PickleTextVisitor {
 // (Strings inside a pickled list or dict are not resolved: replace_list and replace_scalar do not
 // recurse.)
 std::optional<Finding> evaluated_pickled_string(std::string_view value_text, std::string path) {
-  const auto members = jsontext::members(value_text);
-  if (members.size() != 1 || members[0].key != "__pickled__" || members[0].kind != jsontext::Kind::string)
+  const auto members = protocol::members(value_text);
+  if (members.size() != 1 || members[0].key != "__pickled__" || members[0].kind != protocol::Kind::string)
     return std::nullopt;  // not a pickle (a malformed look-alike is the pickle policy's to refuse)
-  const auto bytes = unhex(jsontext::decode_string(members[0].value.of(value_text)));
+  const auto bytes = unhex(protocol::decode_string(members[0].value.of(value_text)));
   if (!bytes) return std::nullopt;
   RootText root;
-  if (visit_pickle_strings(*bytes, root)) return std::nullopt;  // unreadable: the pickle policy decides
-  if (auto text = root.root(); text && robot::holds_syntax(*text))
+  if (pickle::visit_pickle_strings(*bytes, root)) return std::nullopt;  // unreadable: the pickle policy decides
+  if (auto text = root.root(); text && protocol::holds_syntax(*text))
     return Finding{std::move(path), log::printable(*text, 80),
                    "holds Robot Framework syntax, which its worker would evaluate"};
   return std::nullopt;
@@ -197,29 +197,29 @@ std::optional<Finding> evaluated_pickled_string(std::string_view value_text, std
 
 // The values at the top level of a list or object that are lists or objects, with their place (index
 // or key), for checks of their own.
-class TopLevelContainers final : public jsontext::Visitor {
+class TopLevelContainers final : public protocol::Visitor {
  public:
   explicit TopLevelContainers(std::string_view text) : text_(text) {}
-  bool begin(jsontext::Kind, std::size_t) override {
+  bool begin(protocol::Kind, std::size_t) override {
     ++depth_;
     return true;
   }
-  bool key(Slice literal) override {
-    if (depth_ == 1) key_ = jsontext::decode_string(literal.of(text_));
+  bool key(protocol::Slice literal) override {
+    if (depth_ == 1) key_ = protocol::decode_string(literal.of(text_));
     return true;
   }
-  bool scalar(jsontext::Kind, Slice) override {
+  bool scalar(protocol::Kind, protocol::Slice) override {
     if (depth_ == 1) ++index_;
     return true;
   }
-  bool end(jsontext::Kind, Slice value) override {
+  bool end(protocol::Kind, protocol::Slice value) override {
     if (--depth_ == 1) found.push_back({index_++, key_, value});
     return true;
   }
   struct Found {
     std::size_t index;
     std::string key;  // in an object
-    Slice value;
+    protocol::Slice value;
   };
   std::vector<Found> found;
 
@@ -234,34 +234,34 @@ std::string path_of(std::string_view key) {
   return std::all_of(key.begin(), key.end(),
                      [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }) && !key.empty()
              ? fmt::format("kw_args.{}", key)
-             : fmt::format("kw_args[{}]", jsontext::quote(key));
+             : fmt::format("kw_args[{}]", protocol::quote(key));
 }
 
 // The top-level kw_args: names and string values are escaped; list and object values are checked.
-class KwArgs final : public jsontext::Visitor {
+class KwArgs final : public protocol::Visitor {
  public:
   KwArgs(std::string_view text, std::size_t base, Edits& edits) : text_(text), base_(base), edits_(edits) {}
-  bool begin(jsontext::Kind, std::size_t) override {
+  bool begin(protocol::Kind, std::size_t) override {
     ++depth_;
     return true;
   }
-  bool key(Slice literal) override {
+  bool key(protocol::Slice literal) override {
     if (depth_ == 1) {
-      key_ = jsontext::decode_string(at(literal).of(text_));
+      key_ = protocol::decode_string(at(literal).of(text_));
       escape_literal(text_, at(literal), edits_);
     }
     return true;
   }
-  bool scalar(jsontext::Kind kind, Slice value) override {
-    if (depth_ == 1 && kind == jsontext::Kind::string) escape_literal(text_, at(value), edits_);
+  bool scalar(protocol::Kind kind, protocol::Slice value) override {
+    if (depth_ == 1 && kind == protocol::Kind::string) escape_literal(text_, at(value), edits_);
     return true;
   }
-  bool end(jsontext::Kind, Slice value) override {
+  bool end(protocol::Kind, protocol::Slice value) override {
     if (depth_-- == 2) {
       // A list or object value: the worker formats it as its Python text, which it then evaluates.
       const std::string_view nested = at(value).of(text_);
       NestedStrings strings(nested, path_of(key_));
-      jsontext::walk(nested, strings);
+      protocol::walk(nested, strings);
       if (strings.finding) {
         finding = std::move(strings.finding);
         return false;
@@ -272,7 +272,7 @@ class KwArgs final : public jsontext::Visitor {
   std::optional<Finding> finding;
 
  private:
-  Slice at(Slice s) const { return {s.offset + base_, s.size}; }
+  protocol::Slice at(protocol::Slice s) const { return {s.offset + base_, s.size}; }
   std::string_view text_;
   std::size_t base_;
   Edits& edits_;
@@ -282,7 +282,7 @@ class KwArgs final : public jsontext::Visitor {
 
 // A slice of the old text, moved to where the same bytes are after the edits (edits lie wholly inside
 // or wholly outside it).
-Slice moved(Slice s, const Edits& edits) {
+protocol::Slice moved(protocol::Slice s, const Edits& edits) {
   std::ptrdiff_t before = 0, inside = 0;
   for (const auto& [edit, replacement] : edits) {
     const auto delta = static_cast<std::ptrdiff_t>(replacement.size()) - static_cast<std::ptrdiff_t>(edit.size);
@@ -292,12 +292,12 @@ Slice moved(Slice s, const Edits& edits) {
   return {static_cast<std::size_t>(static_cast<std::ptrdiff_t>(s.offset) + before),
           static_cast<std::size_t>(static_cast<std::ptrdiff_t>(s.size) + inside)};
 }
-void move(std::optional<Slice>& s, const Edits& edits) {
+void move(std::optional<protocol::Slice>& s, const Edits& edits) {
   if (s) s = moved(*s, edits);
 }
 
-void walk_value(std::string_view text, const std::optional<Slice>& slice, jsontext::Visitor& visitor) {
-  if (slice) jsontext::walk(slice->of(text), visitor);
+void walk_value(std::string_view text, const std::optional<protocol::Slice>& slice, protocol::Visitor& visitor) {
+  if (slice) protocol::walk(slice->of(text), visitor);
 }
 
 }  // namespace
@@ -311,7 +311,7 @@ bool escapes_arguments(config::Arguments mode, std::string_view worker_server_na
   return worker_server_name == kReferenceServerName;
 }
 
-std::size_t escape_arguments(params::RunKeyword& params) {
+std::size_t escape_arguments(protocol::RunKeyword& params) {
   Edits edits;
   if (params.args) {
     TopLevelStrings positional(params.text, params.args->offset, edits);
@@ -326,20 +326,20 @@ std::size_t escape_arguments(params::RunKeyword& params) {
   move(params.args, edits);
   move(params.kwargs, edits);
   const std::size_t changed = edits.size();
-  params.text = jsontext::splice(params.text, std::move(edits));
+  params.text = protocol::splice(params.text, std::move(edits));
   return changed;
 }
 
-std::optional<ArgumentRefusal> refuse_evaluated_pickles(const params::RunKeyword& params,
+std::optional<ArgumentRefusal> refuse_evaluated_pickles(const protocol::RunKeyword& params,
                                                         const config::Library& library, std::string_view keyword) {
   std::optional<Finding> finding;
-  auto check = [&](const std::optional<Slice>& slice, bool named) {
+  auto check = [&](const std::optional<protocol::Slice>& slice, bool named) {
     if (!slice || finding) return;
     const std::string_view values = slice->of(params.text);
     TopLevelContainers containers(values);
-    jsontext::walk(values, containers);
+    protocol::walk(values, containers);
     for (const auto& c : containers.found) {
-      std::string path = named ? fmt::format("kwargs[{}]", jsontext::quote(c.key)) : fmt::format("args[{}]", c.index);
+      std::string path = named ? fmt::format("kwargs[{}]", protocol::quote(c.key)) : fmt::format("args[{}]", c.index);
       if ((finding = evaluated_pickled_string(c.value.of(values), std::move(path)))) return;
     }
   };
@@ -358,7 +358,7 @@ std::optional<ArgumentRefusal> refuse_evaluated_pickles(const params::RunKeyword
   return refusal;
 }
 
-std::optional<ArgumentRefusal> escape_arguments(params::ImportLibrary& params, const config::Library& library,
+std::optional<ArgumentRefusal> escape_arguments(protocol::ImportLibrary& params, const config::Library& library,
                                                 std::size_t* changed) {
   Edits edits;
   if (params.args) {
@@ -371,11 +371,11 @@ std::optional<ArgumentRefusal> escape_arguments(params::ImportLibrary& params, c
   if (params.args) {
     const std::string_view args = params.args->of(params.text);
     TopLevelContainers containers(args);
-    jsontext::walk(args, containers);
+    protocol::walk(args, containers);
     for (const auto& c : containers.found) {
       const std::string_view nested = c.value.of(args);
       NestedStrings strings(nested, fmt::format("args[{}]", c.index));
-      jsontext::walk(nested, strings);
+      protocol::walk(nested, strings);
       if ((finding = std::move(strings.finding))) break;
     }
   }
@@ -408,8 +408,8 @@ std::optional<ArgumentRefusal> escape_arguments(params::ImportLibrary& params, c
   params.name_value = moved(params.name_value, edits);
   move(params.args, edits);
   move(params.kw_args, edits);
-  params.text = jsontext::splice(params.text, std::move(edits));
+  params.text = protocol::splice(params.text, std::move(edits));
   return std::nullopt;
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session

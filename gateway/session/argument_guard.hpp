@@ -19,7 +19,7 @@
 // keyword as the object it builds, which Robot resolves only when it is a str: a pickle of a plain
 // string holding syntax is refused (refuse_evaluated_pickles); lists and dicts are not resolved.
 //
-// Only the strings that change are rewritten (jsontext::splice); every other byte of the params passes
+// Only the strings that change are rewritten (protocol::splice); every other byte of the params passes
 // unchanged, number texts and unknown fields included.
 #pragma once
 
@@ -31,7 +31,7 @@
 #include <string>
 #include <string_view>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
 
 // server_info.name in the reference server's robot/initialize answer.
 inline constexpr std::string_view kReferenceServerName = "RobotJsonRpcRemoteServer";
@@ -42,7 +42,7 @@ bool escapes_arguments(config::Arguments mode, std::string_view worker_server_na
 
 // Rewrites params for a worker that evaluates argument strings: params.text gets the escaped strings
 // and every slice in params is moved to match. Returns how many strings changed (0: text untouched).
-std::size_t escape_arguments(params::RunKeyword& params);
+std::size_t escape_arguments(protocol::RunKeyword& params);
 
 struct ArgumentRefusal {
   std::string message;    // for the error answer: library, argument, the string, what to do
@@ -53,12 +53,12 @@ struct ArgumentRefusal {
 // For a worker that evaluates arguments: a pickle at the top level of args or a kwargs value whose
 // whole value is a string reaches Robot's argument resolution as that string, and cannot be escaped
 // inside the pickle; it is refused when Robot would change it.
-std::optional<ArgumentRefusal> refuse_evaluated_pickles(const params::RunKeyword& params,
+std::optional<ArgumentRefusal> refuse_evaluated_pickles(const protocol::RunKeyword& params,
                                                         const config::Library& library, std::string_view keyword);
 
 // The same for an import; nullopt and the count of changed strings in *changed, or the refusal when a
 // kw_args value that the worker turns into text holds a string its evaluation would change.
-std::optional<ArgumentRefusal> escape_arguments(params::ImportLibrary& params, const config::Library& library,
+std::optional<ArgumentRefusal> escape_arguments(protocol::ImportLibrary& params, const config::Library& library,
                                                 std::size_t* changed = nullptr);
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session

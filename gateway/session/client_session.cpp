@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
 using namespace std::chrono_literals;
 namespace protocol = rjg::protocol;
 
@@ -21,7 +21,7 @@ struct Failure {
   std::string message;
   std::string data_json;
 };
-Failure from(const workers::WorkerError& e) {
+Failure from(const supervisor::WorkerError& e) {
   return {e.code, e.what(), e.data.empty() ? std::string() : json::serialize(e.data)};
 }
 
@@ -33,7 +33,7 @@ Failure from(const workers::WorkerError& e) {
 // PASS or FAIL, from a RunKeywordResult: a keyword failed when the result has an "error" object. A
 // failure's result usually holds little else, with "error" first: a large result is judged by its first
 // member, so that the metrics never cost a pass over it.
-workers::KeywordOutcome keyword_outcome(std::string_view result) {
+supervisor::KeywordOutcome keyword_outcome(std::string_view result) {
   constexpr std::size_t kWalkAtMost = 4096;
   auto skip_space = [](std::string_view& s) {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r')) s.remove_prefix(1);
@@ -49,18 +49,18 @@ workers::KeywordOutcome keyword_outcome(std::string_view result) {
       if (rest.starts_with(':')) {
         rest.remove_prefix(1);
         skip_space(rest);
-        return rest.starts_with('{') ? workers::KeywordOutcome::fail : workers::KeywordOutcome::pass;
+        return rest.starts_with('{') ? supervisor::KeywordOutcome::fail : supervisor::KeywordOutcome::pass;
       }
     }
   }
-  if (result.size() > kWalkAtMost) return workers::KeywordOutcome::pass;
-  const auto members = jsontext::members(result);
-  const auto* error = jsontext::find(members, "error");
-  return error && error->kind == jsontext::Kind::object ? workers::KeywordOutcome::fail : workers::KeywordOutcome::pass;
+  if (result.size() > kWalkAtMost) return supervisor::KeywordOutcome::pass;
+  const auto members = protocol::members(result);
+  const auto* error = protocol::find(members, "error");
+  return error && error->kind == protocol::Kind::object ? supervisor::KeywordOutcome::fail : supervisor::KeywordOutcome::pass;
 }
 
-bool without_arguments(const params::ImportLibrary& p) {
-  auto empty = [&](const std::optional<Slice>& value) {
+bool without_arguments(const protocol::ImportLibrary& p) {
+  auto empty = [&](const std::optional<protocol::Slice>& value) {
     if (!value) return true;
     const std::string_view text = value->of(p.text);  // "[...]" or "{...}", valid JSON
     return text.size() >= 2 && text.find_first_not_of(" \t\r\n", 1) == text.size() - 1;
@@ -72,7 +72,7 @@ bool without_arguments(const params::ImportLibrary& p) {
 // robot/trace) passes the library's pickle policy on its way to the client, like every other value.
 // A refused notification is dropped, logged, and replaced by a WARN log naming what was refused, so
 // the Robot log shows that a message is missing and why.
-class CallRelay final : public workers::CallObserver {
+class CallRelay final : public supervisor::CallObserver {
  public:
   CallRelay(std::weak_ptr<ClientSession> session, const config::Library& library, std::string session_name)
       : session_(std::move(session)), library_(library), session_name_(std::move(session_name)) {}
@@ -87,7 +87,7 @@ class CallRelay final : public workers::CallObserver {
                           {"level", "WARN"},
                           {"html", false},
                           {"console", false}};
-      session->relay_notification(make_notification_raw(protocol::kLog, json::serialize(params)));
+      session->relay_notification(protocol::make_notification_raw(protocol::kLog, json::serialize(params)));
       return;
     }
     session->relay_notification(json_text);
@@ -104,7 +104,7 @@ class CallRelay final : public workers::CallObserver {
 }  // namespace
 
 ClientSession::ClientSession(GatewayContext& context, std::shared_ptr<const config::Config> config,
-                             workers::LeaseSource& leases, std::weak_ptr<Connection> connection, std::string name,
+                             supervisor::LeaseSource& leases, std::weak_ptr<Connection> connection, std::string name,
                              asio::any_io_executor executor)
     : context_(context),
       config_(std::move(config)),
@@ -147,20 +147,20 @@ struct PrecheckValues {
 };
 
 // Off the loop (coroutine functions, not capturing lambdas: their frames own their arguments).
-asio::awaitable<std::optional<PrecheckValues>> bind_for_precheck(const Message* message, bool run) {
-  auto collect = [&](auto& p, std::string key, std::initializer_list<std::pair<const char*, std::optional<Slice>>> at) {
+asio::awaitable<std::optional<PrecheckValues>> bind_for_precheck(const protocol::Message* message, bool run) {
+  auto collect = [&](auto& p, std::string key, std::initializer_list<std::pair<const char*, std::optional<protocol::Slice>>> at) {
     PrecheckValues f{std::move(key), {}};
     for (auto& [path, slice] : at)
       f.values.emplace_back(path, slice ? slice->of(message->params_text()) : std::string_view());
     return f;
   };
   if (run) {
-    auto bound = params::bind_run_keyword(*message);
-    if (auto* p = std::get_if<params::RunKeyword>(&bound))
+    auto bound = protocol::bind_run_keyword(*message);
+    if (auto* p = std::get_if<protocol::RunKeyword>(&bound))
       co_return collect(*p, p->library_token, {{"args", p->args}, {"kwargs", p->kwargs}});
   } else {
-    auto bound = params::bind_import_library(*message);
-    if (auto* p = std::get_if<params::ImportLibrary>(&bound))
+    auto bound = protocol::bind_import_library(*message);
+    if (auto* p = std::get_if<protocol::ImportLibrary>(&bound))
       co_return collect(*p, p->name, {{"args", p->args}, {"kw_args", p->kw_args}});
   }
   co_return std::nullopt;
@@ -179,25 +179,25 @@ asio::awaitable<std::optional<PickleRefusal>> ClientSession::refuse_answer_pickl
   // A worker's large answer is checked off the loop, like a client's large request; the answer (and
   // so the views) lives in the caller's frame until this returns.
   if (context_.offload && library.pickle != config::PicklePolicy::allow &&
-      first.second.size() + second.second.size() >= kOffloadFrameBytes) {
+      first.second.size() + second.second.size() >= runtime::kOffloadFrameBytes) {
     PrecheckValues values{{}, {{std::string(first.first), first.second}, {std::string(second.first), second.second}}};
     auto check = refuse_pickles_on_pool(&library, &values);
     std::optional<PickleRefusal> verdict =
         co_await asio::co_spawn(*context_.offload, std::move(check), asio::use_awaitable);
     log::debug("{}: an answer of library {} with {} bytes of values: pickles checked off the event loop", name_,
                library.name, first.second.size() + second.second.size());
-    if (verdict) workers::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, workers::Direction::out);
+    if (verdict) supervisor::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, supervisor::Direction::out);
     co_return verdict;
   }
-  auto verdict = gateway::refuse_pickles(library, {{first.first, first.second}, {second.first, second.second}});
-  if (verdict) workers::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, workers::Direction::out);
+  auto verdict = session::refuse_pickles(library, {{first.first, first.second}, {second.first, second.second}});
+  if (verdict) supervisor::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, supervisor::Direction::out);
   co_return verdict;
 }
 
-asio::awaitable<void> ClientSession::precheck(const Message& message, asio::any_io_executor pool) {
+asio::awaitable<void> ClientSession::precheck(const protocol::Message& message, asio::any_io_executor pool) {
   prechecked_.reset();
   const bool run = message.method() == protocol::kRunKeyword;
-  if (message.kind != Message::Kind::request || (!run && message.method() != protocol::kImportLibrary)) co_return;
+  if (message.kind != protocol::Message::Kind::request || (!run && message.method() != protocol::kImportLibrary)) co_return;
   // Binding scans the params: off the loop. The message outlives handle(), so views into it stay valid.
   std::optional<PrecheckValues> found =
       co_await asio::co_spawn(pool, bind_for_precheck(&message, run), asio::use_awaitable);
@@ -227,12 +227,12 @@ std::optional<PickleRefusal> ClientSession::refuse_argument_pickles(
       same = same && p == path && t == text;
     }
     if (same) {
-      if (prechecked_->verdict) workers::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, workers::Direction::in);
+      if (prechecked_->verdict) supervisor::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, supervisor::Direction::in);
       return prechecked_->verdict;
     }
   }
-  auto verdict = gateway::refuse_pickles(library, values);
-  if (verdict) workers::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, workers::Direction::in);
+  auto verdict = session::refuse_pickles(library, values);
+  if (verdict) supervisor::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, supervisor::Direction::in);
   return verdict;
 }
 
@@ -242,7 +242,7 @@ void ClientSession::spawn(asio::awaitable<void> task, std::string what) {
   auto self = shared_from_this();
   asio::co_spawn(background_done_.executor(), std::move(task),
                  [self, where = name_ + " " + what](std::exception_ptr e) {
-                   log_exceptions(where)(e);
+                   runtime::log_exceptions(where)(e);
                    if (--self->background_ == 0) {
                      self->background_done_.set();
                      if (auto c = self->connection_.lock()) c->session_idle();
@@ -250,7 +250,7 @@ void ClientSession::spawn(asio::awaitable<void> task, std::string what) {
                  });
 }
 
-void ClientSession::handle(const Message& message) {
+void ClientSession::handle(const protocol::Message& message) {
   // What precheck() found applies to this message only, and only while it is being handled: on every
   // way out (an early refusal included) it is forgotten, as its views point into this message.
   if (prechecked_ && prechecked_->message != &message) prechecked_.reset();
@@ -262,7 +262,7 @@ void ClientSession::handle(const Message& message) {
   // the text of those requests in bytes (each Reply counts its request's text until it is answered).
   // A request beyond either limit is answered at once. One request is always admitted when nothing
   // else waits: its size is bounded by max_message_bytes.
-  if (message.kind == Message::Kind::request) {
+  if (message.kind == protocol::Message::Kind::request) {
     const auto& gw = config_->gateway;
     if (requests_in_flight_ >= gw.max_pending_requests) {
       log::warn("{}: refused request {} ({}): {} requests unanswered (max_pending_requests)", name_,
@@ -296,7 +296,7 @@ void ClientSession::handle(const Message& message) {
   }
 }
 
-void ClientSession::handle_invalid(const ProtocolError& problem) {
+void ClientSession::handle_invalid(const protocol::ProtocolError& problem) {
   log::info("{}: answered an invalid message with {}: {}", name_, problem.code, problem.message);
   // A keyword whose arguments are over a limit (nesting, members) fails as a keyword: the stock client
   // would end its session on an error answer. Only with an id the client can match.
@@ -309,21 +309,21 @@ void ClientSession::handle_invalid(const ProtocolError& problem) {
                         {}, "ArgumentsOverLimit"));
     return;
   }
-  send(make_error_raw(problem.id_text, problem.code, problem.message));
+  send(protocol::make_error_raw(problem.id_text, problem.code, problem.message));
 }
 
-void ClientSession::refuse(const Message& request, int code, std::string message) {
-  send(make_error_raw(request.id_text(), code, message));
+void ClientSession::refuse(const protocol::Message& request, int code, std::string message) {
+  send(protocol::make_error_raw(request.id_text(), code, message));
 }
 
-void ClientSession::ignore(const Message& message, std::string why) {
-  if (message.kind == Message::Kind::notification && !protocol::client_method_is_request(message.method()))
+void ClientSession::ignore(const protocol::Message& message, std::string why) {
+  if (message.kind == protocol::Message::Kind::notification && !protocol::client_method_is_request(message.method()))
     log::debug("{}: ignored notification {}", name_, message.method());
   else
     log::warn("{}: ignored: {}", name_, why);
 }
 
-void ClientSession::on_initialize(const Message& request, params::Initialize) {
+void ClientSession::on_initialize(const protocol::Message& request, protocol::Initialize) {
   Reply reply(shared_from_this(), request);
   json::array libraries;
   for (auto& name : context_.router.names()) libraries.emplace_back(name);
@@ -333,19 +333,19 @@ void ClientSession::on_initialize(const Message& request, params::Initialize) {
   });
 }
 
-void ClientSession::on_initialized(const Message&) {}
+void ClientSession::on_initialized(const protocol::Message&) {}
 
 void ClientSession::count_imports() {
   if (auto c = connection_.lock()) c->imports_open->store(tokens_.size(), std::memory_order_relaxed);
 }
 
-void ClientSession::on_import_library(const Message& request, params::ImportLibrary params) {
+void ClientSession::on_import_library(const protocol::Message& request, protocol::ImportLibrary params) {
   Reply reply(shared_from_this(), request);
   auto route = context_.router.resolve(params.name);
   const config::Library* library = route.library.get();
   if (!library && route.removed) {
     // A name the configuration had: bounded like every library label.
-    workers::LibraryMetrics::add(context_.metrics.library(params.name).imports, workers::ImportOutcome::error);
+    supervisor::LibraryMetrics::add(context_.metrics.library(params.name).imports, supervisor::ImportOutcome::error);
     json::array available;
     for (auto& name : context_.router.names()) available.emplace_back(name);
     reply.error(protocol::kUnknownLibrary,
@@ -372,14 +372,14 @@ void ClientSession::on_import_library(const Message& request, params::ImportLibr
   }
   if (auto refused = refuse_argument_pickles(*library, {{"args", params.of(params.args)}, {"kw_args", params.of(params.kw_args)}})) {
     log::warn("{}: import of {} refused: {}", name_, library->label(), refused->message);
-    workers::LibraryMetrics::add(context_.metrics.library(library->name).imports, workers::ImportOutcome::error);
+    supervisor::LibraryMetrics::add(context_.metrics.library(library->name).imports, supervisor::ImportOutcome::error);
     reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
     return;
   }
   spawn(import_library(std::move(reply), std::move(params), std::move(route.library)), "import_library");
 }
 
-asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportLibrary params,
+asio::awaitable<void> ClientSession::import_library(Reply reply, protocol::ImportLibrary params,
                                                     std::shared_ptr<const config::Library> route) {
   // Kept alive: the route below may be replaced by the lease's settings, and a glob route's settings are
   // owned by nothing else.
@@ -388,18 +388,18 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
   log::info("{}: importing library {}", name_, settings->label());
   auto& metrics = context_.metrics.library(settings->name);
   struct Outcome {
-    workers::LibraryMetrics& metrics;
+    supervisor::LibraryMetrics& metrics;
     bool ok = false;
-    ~Outcome() { workers::LibraryMetrics::add(metrics.imports, ok ? workers::ImportOutcome::ok : workers::ImportOutcome::error); }
+    ~Outcome() { supervisor::LibraryMetrics::add(metrics.imports, ok ? supervisor::ImportOutcome::ok : supervisor::ImportOutcome::error); }
   } outcome{metrics};
-  std::shared_ptr<workers::Lease> lease;
+  std::shared_ptr<supervisor::Lease> lease;
   std::optional<Failure> acquire_failure;
   try {
     // Only an import without arguments may get an instance imported ahead of time (prewarm_import).
     auto acquiring =
         without_arguments(params) ? leases_.acquire_without_arguments(*settings) : leases_.acquire(*settings);
     lease = co_await std::move(acquiring);
-  } catch (const workers::WorkerError& e) {
+  } catch (const supervisor::WorkerError& e) {
     log::warn("{}: import of {} failed: {}", name_, settings->label(), e.what());
     acquire_failure = from(e);
   }
@@ -426,7 +426,7 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
   // arguments with that import: the same checks apply to its answer below, and nothing is sent to the
   // worker again. (An import with arguments imports afresh: its lease finalizes that instance first.)
   const bool no_arguments = without_arguments(params);
-  std::optional<Message> answer = no_arguments ? lease->take_preimported() : std::nullopt;
+  std::optional<protocol::Message> answer = no_arguments ? lease->take_preimported() : std::nullopt;
   const bool imported_ahead = answer.has_value();
 
   // A worker that evaluates argument strings gets them escaped; "auto" asks the worker just leased.
@@ -434,7 +434,7 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
     std::size_t escaped = 0;
     if (auto refused = escape_arguments(params, library, &escaped)) {
       log::warn("{}: import of {} refused: {}", name_, library.name, refused->log);
-      workers::LibraryMetrics::add(metrics.pickles_refused, workers::Direction::in);
+      supervisor::LibraryMetrics::add(metrics.pickles_refused, supervisor::Direction::in);
       co_await room_for_answer();
       reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
       co_await lease->release("its import arguments were refused");
@@ -456,11 +456,11 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
     try {
       auto relay = std::make_shared<CallRelay>(weak_from_this(), library, name_);
       answer.emplace(co_await lease->import_library(worker_params, relay));
-    } catch (const workers::WorkerError& e) {
+    } catch (const supervisor::WorkerError& e) {
       failure = from(e);
     }
   }
-  if (!failure && answer->kind == Message::Kind::error_response) {
+  if (!failure && answer->kind == protocol::Message::Kind::error_response) {
     log::warn("{}: library {} failed to import in worker {}: {}", name_, library.label(), lease->where(),
               answer->error_message());
     failure = Failure{answer->error_code(),
@@ -513,7 +513,7 @@ asio::awaitable<void> ClientSession::import_library(Reply reply, params::ImportL
   reply.send(std::move(answer_text));
 }
 
-void ClientSession::on_run_keyword(const Message& request, params::RunKeyword params) {
+void ClientSession::on_run_keyword(const protocol::Message& request, protocol::RunKeyword params) {
   Reply reply(shared_from_this(), request);
   const Import* import = tokens_.find(params.library_token);
   if (!import) {
@@ -525,7 +525,7 @@ void ClientSession::on_run_keyword(const Message& request, params::RunKeyword pa
   }
   if (auto refused = refuse_argument_pickles(*import->config, {{"args", params.of(params.args)}, {"kwargs", params.of(params.kwargs)}})) {
     log::warn("{}: keyword '{}' of {} refused: {}", name_, params.name, import->library, refused->message);
-    if (import->metrics) workers::LibraryMetrics::add(import->metrics->keywords, workers::KeywordOutcome::error);
+    if (import->metrics) supervisor::LibraryMetrics::add(import->metrics->keywords, supervisor::KeywordOutcome::error);
     reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
     return;
   }
@@ -535,8 +535,8 @@ void ClientSession::on_run_keyword(const Message& request, params::RunKeyword pa
     if (auto refused = refuse_evaluated_pickles(params, *import->config, params.name)) {
       log::warn("{}: keyword '{}' of {} refused: {}", name_, params.name, import->library, refused->log);
       if (import->metrics) {
-        workers::LibraryMetrics::add(import->metrics->keywords, workers::KeywordOutcome::error);
-        workers::LibraryMetrics::add(import->metrics->pickles_refused, workers::Direction::in);
+        supervisor::LibraryMetrics::add(import->metrics->keywords, supervisor::KeywordOutcome::error);
+        supervisor::LibraryMetrics::add(import->metrics->pickles_refused, supervisor::Direction::in);
       }
       reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
       return;
@@ -590,7 +590,7 @@ std::string ClientSession::lost_reason(const Import& import) {
   return fmt::format("its worker ({}) is gone", import.lease->where());
 }
 
-asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunKeyword params) {
+asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, protocol::RunKeyword params) {
   const std::string token = params.library_token;
   for (bool reimported = false;;) {
     Import* import = tokens_.find(token);
@@ -610,13 +610,13 @@ asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunK
     if (reimported || !worker_lost(*import)) break;
 
     // This keyword imports the library again. Copies: the entry may move while this waits.
-    const auto event = std::make_shared<AsyncEvent>(background_done_.executor());
+    const auto event = std::make_shared<runtime::AsyncEvent>(background_done_.executor());
     import->reimporting = event;
     // However this ends (an exception included), the keywords waiting for it go on.
     struct Release {
       ClientSession& session;
       const std::string& token;
-      std::shared_ptr<AsyncEvent> event;
+      std::shared_ptr<runtime::AsyncEvent> event;
       ~Release() {
         if (Import* live = session.tokens_.find(token); live && live->reimporting == event) live->reimporting.reset();
         event->set();
@@ -629,9 +629,9 @@ asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunK
     const bool escaped_before = escapes_arguments(library->arguments, import->lease->server_name());
     log::warn("{}: library {}: {}; importing it again for keyword '{}' (on_worker_loss = \"reimport\")", name_,
               label, why, params.name);
-    std::shared_ptr<workers::Lease> lease;
+    std::shared_ptr<supervisor::Lease> lease;
     std::shared_ptr<const config::Library> settings = library;
-    std::optional<Message> answer;
+    std::optional<protocol::Message> answer;
     std::optional<Failure> failure;
     try {
       lease = co_await leases_.acquire(*library);
@@ -647,11 +647,11 @@ asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunK
         auto relay = std::make_shared<CallRelay>(weak_from_this(), *settings, name_);
         answer.emplace(co_await lease->import_library(*import_params, relay));
       }
-    } catch (const workers::WorkerError& e) {
+    } catch (const supervisor::WorkerError& e) {
       failure = from(e);
     }
     std::optional<WorkerToken> worker_token;
-    if (!failure && answer->kind == Message::Kind::error_response)
+    if (!failure && answer->kind == protocol::Message::Kind::error_response)
       failure = Failure{protocol::kWorkerFailed,
                         fmt::format("its worker ({}) refused the import: {}", lease->where(), answer->error_message()),
                         {}};
@@ -671,7 +671,7 @@ asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunK
     }
     import = tokens_.find(token);
     if (!import || ending_) {
-      co_await lease->end(fmt::format("{{\"token\":{}}}", jsontext::quote(worker_token->token)),
+      co_await lease->end(fmt::format("{{\"token\":{}}}", protocol::quote(worker_token->token)),
                           "its import was finalized, or its session closed, during the re-import");
       co_await room_for_answer();
       reply.error(ending_ ? protocol::kShuttingDown : protocol::kUnknownToken,
@@ -697,7 +697,7 @@ asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, params::RunK
         {"html", false},
         {"console", false}};
     co_await room_for_answer();
-    send(make_notification_raw(protocol::kLog, json::serialize(log_params)));
+    send(protocol::make_notification_raw(protocol::kLog, json::serialize(log_params)));
     reimported = true;  // the loop looks the import up again: it may have been finalized meanwhile
   }
   const Import* import = tokens_.find(token);  // found just now, with nothing suspended since
@@ -708,12 +708,12 @@ asio::awaitable<void> ClientSession::run_keyword(Reply reply, std::string worker
                                                  Import import) {
   const auto began = std::chrono::steady_clock::now();
   const auto running = activity_->keyword_started(import.library, keyword);  // for /status, until answered
-  std::optional<Message> answer;
+  std::optional<protocol::Message> answer;
   std::optional<Failure> failure;
   try {
     auto relay = std::make_shared<CallRelay>(weak_from_this(), *import.config, name_);
     answer.emplace(co_await import.lease->run_keyword(std::move(worker_params), keyword, relay));
-  } catch (const workers::WorkerError& e) {
+  } catch (const supervisor::WorkerError& e) {
     log::warn("{}: keyword '{}' of library {} failed in the gateway: {}", name_, keyword, import.library, e.what());
     failure = from(e);
     // The worker is gone (it died, or keyword_timeout ended it): so is this import's instance. What the
@@ -737,15 +737,15 @@ asio::awaitable<void> ClientSession::run_keyword(Reply reply, std::string worker
   std::optional<PickleRefusal> refused;
   if (!failure)
     refused = co_await refuse_answer_pickles(
-        *import.config, {"result", answer->kind == Message::Kind::response ? answer->result_text() : ""},
+        *import.config, {"result", answer->kind == protocol::Message::Kind::response ? answer->result_text() : ""},
         {"error.data", answer->error_data_text()});
   if (import.metrics) {
     import.metrics->keyword_seconds.observe(std::chrono::steady_clock::now() - began);
-    const auto outcome = failure ? (failure->code == protocol::kWorkerTimeout ? workers::KeywordOutcome::timeout
-                                                                              : workers::KeywordOutcome::error)
-                         : refused || answer->kind != Message::Kind::response ? workers::KeywordOutcome::error
+    const auto outcome = failure ? (failure->code == protocol::kWorkerTimeout ? supervisor::KeywordOutcome::timeout
+                                                                              : supervisor::KeywordOutcome::error)
+                         : refused || answer->kind != protocol::Message::Kind::response ? supervisor::KeywordOutcome::error
                                                                               : keyword_outcome(answer->result_text());
-    workers::LibraryMetrics::add(import.metrics->keywords, outcome);
+    supervisor::LibraryMetrics::add(import.metrics->keywords, outcome);
   }
   co_await room_for_answer();  // nothing suspends between here and the answer
   if (failure) {
@@ -753,7 +753,7 @@ asio::awaitable<void> ClientSession::run_keyword(Reply reply, std::string worker
   } else if (refused) {
     log::warn("{}: result of keyword '{}' of {} refused: {}", name_, keyword, import.library, refused->message);
     reply.error(protocol::kPickleRefused, refused->message, refused->data_json);
-  } else if (answer->kind != Message::Kind::response) {
+  } else if (answer->kind != protocol::Message::Kind::response) {
     // A worker that answers a keyword with a JSON-RPC error (a native worker's unknown keyword, say): still
     // the keyword's failure, not the session's.
     reply.error(answer->error_code(),
@@ -764,7 +764,7 @@ asio::awaitable<void> ClientSession::run_keyword(Reply reply, std::string worker
   }
 }
 
-void ClientSession::on_finalize_library(const Message& request, params::FinalizeLibrary params) {
+void ClientSession::on_finalize_library(const protocol::Message& request, protocol::FinalizeLibrary params) {
   Reply reply(shared_from_this(), request);
   auto import = tokens_.remove(params.token);
   count_imports();
@@ -786,7 +786,7 @@ asio::awaitable<void> ClientSession::finalize_library(Reply reply, Import import
   std::optional<PickleRefusal> refused;
   if (answer)
     refused = co_await refuse_answer_pickles(
-        *import.config, {"result", answer->kind == Message::Kind::response ? answer->result_text() : ""},
+        *import.config, {"result", answer->kind == protocol::Message::Kind::response ? answer->result_text() : ""},
         {"error.data", answer->error_data_text()});
   co_await room_for_answer();  // nothing suspends between here and the answer
   if (refused) {
@@ -800,16 +800,16 @@ asio::awaitable<void> ClientSession::finalize_library(Reply reply, Import import
   }
 }
 
-void ClientSession::on_shutdown(const Message& request) {
+void ClientSession::on_shutdown(const protocol::Message& request) {
   Reply reply(shared_from_this(), request);
   reply.result(json::object{});
 }
 
-void ClientSession::on_exit(const Message&) {
+void ClientSession::on_exit(const protocol::Message&) {
   if (auto c = connection_.lock()) c->close("the client sent robot/exit");
 }
 
-asio::awaitable<void> ClientSession::end_import(std::shared_ptr<workers::Lease> lease, std::string finalize_params,
+asio::awaitable<void> ClientSession::end_import(std::shared_ptr<supervisor::Lease> lease, std::string finalize_params,
                                                std::string why) {
   // The lease is held here: the import it belonged to is gone.
   co_await lease->end(std::move(finalize_params), std::move(why));
@@ -832,4 +832,4 @@ asio::awaitable<void> ClientSession::end(std::string why) {
   co_return;  // explicit: GCC 12 miscompiles an awaitable<void> that falls off the end after `if (co_await ...)`
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
 
 namespace asio = boost::asio;
 
@@ -38,4 +38,4 @@ class Connection {
   const std::shared_ptr<SessionActivity> activity = std::make_shared<SessionActivity>();
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session

@@ -17,7 +17,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
+
+namespace asio = boost::asio;
 
 inline constexpr std::string_view kServerName = "robot-jsonrpc-gateway";
 
@@ -47,9 +49,9 @@ struct GatewayContext {
     config_ = std::move(config);
   }
 
-  static workers::WorkerOptions make_worker_options(const config::Config& config, const std::string& version,
+  static supervisor::WorkerOptions make_worker_options(const config::Config& config, const std::string& version,
                                                     std::optional<asio::any_io_executor> offload) {
-    workers::WorkerOptions options;
+    supervisor::WorkerOptions options;
     options.offload = offload;
     options.framing.max_message_bytes = config.gateway.max_message_bytes;
     options.framing.max_header_bytes = config.gateway.max_header_bytes;
@@ -60,13 +62,13 @@ struct GatewayContext {
   asio::any_io_executor executor;
   std::optional<asio::any_io_executor> offload;
   Router router;
-  workers::ChildReaper reaper;
+  supervisor::ChildReaper reaper;
   std::string version;
-  workers::WorkerOptions worker_options;
-  workers::Metrics metrics;  // for /metrics: sessions, imports, keywords, workers (the pools count theirs)
-  workers::WorkerPools pools;
+  supervisor::WorkerOptions worker_options;
+  supervisor::Metrics metrics;  // for /metrics: sessions, imports, keywords, workers (the pools count theirs)
+  supervisor::WorkerPools pools;
   // Sessions and classic imports per client, against max_sessions_per_client. Loop 0 only.
-  std::shared_ptr<ClientCounts> clients = std::make_shared<ClientCounts>();
+  std::shared_ptr<fronts::ClientCounts> clients = std::make_shared<fronts::ClientCounts>();
 
   // Requests being answered right now, across all sessions and loops (for STATUS= and the metrics).
   std::atomic<std::size_t> requests_in_flight = 0;
@@ -82,4 +84,4 @@ struct GatewayContext {
   std::shared_ptr<const config::Config> config_;
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <utility>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
 
 struct PickleRefusal {
   std::string message;    // for the -32017 answer and the log
@@ -21,4 +21,4 @@ struct PickleRefusal {
 std::optional<PickleRefusal> refuse_pickles(const config::Library& library,
                                             std::initializer_list<std::pair<std::string_view, std::string_view>> values);
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session

@@ -8,18 +8,18 @@
 
 #include <fmt/format.h>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
 
 std::string failure_answer(std::string_view id_text, std::string_view method, int code, std::string_view message,
                            std::string_view data_json, std::string_view type) {
-  if (method != protocol::kRunKeyword) return make_error_raw(id_text, code, message, data_json);
+  if (method != protocol::kRunKeyword) return protocol::make_error_raw(id_text, code, message, data_json);
   // The error's data (a refused pickle's path and offset, a worker's pid) is in the message already; a
   // RunKeywordError has no member for it.
   json::object error{{"message", message}, {"type", type.empty() ? protocol::keyword_error_type(code) : type}};
-  return make_result_raw(id_text, json::serialize(json::object{{"error", std::move(error)}}));
+  return protocol::make_result_raw(id_text, json::serialize(json::object{{"error", std::move(error)}}));
 }
 
-Reply::Reply(std::shared_ptr<ClientSession> session, const Message& request)
+Reply::Reply(std::shared_ptr<ClientSession> session, const protocol::Message& request)
     : session_(std::move(session)), id_text_(request.id_text()), method_(request.method()),
       bytes_(request.text().size()) {
   session_->context_.request_started();
@@ -55,7 +55,7 @@ bool Reply::claim() {
 }
 
 void Reply::result(const json::value& result) {
-  if (claim()) session_->send(make_result_raw(id_text_, json::serialize(result)));
+  if (claim()) session_->send(protocol::make_result_raw(id_text_, json::serialize(result)));
 }
 
 void Reply::error(int code, std::string_view message, std::string_view data_json) {
@@ -66,4 +66,4 @@ void Reply::send(std::string json_text) {
   if (claim()) session_->send(std::move(json_text));
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session

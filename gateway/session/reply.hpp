@@ -10,7 +10,9 @@
 #include <string>
 #include <string_view>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
+
+namespace json = boost::json;
 
 class ClientSession;
 
@@ -23,7 +25,7 @@ std::string failure_answer(std::string_view id_text, std::string_view method, in
 
 class Reply {
  public:
-  Reply(std::shared_ptr<ClientSession> session, const Message& request);
+  Reply(std::shared_ptr<ClientSession> session, const protocol::Message& request);
   Reply(Reply&& other) noexcept;
   Reply& operator=(Reply&&) = delete;
   ~Reply();
@@ -45,4 +47,4 @@ class Reply {
   bool answered_ = false;
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
 
 Router::Router(std::shared_ptr<const config::Config> config)
     : table_(std::make_shared<const Table>(Table{std::move(config), {}})) {}
@@ -92,4 +92,4 @@ std::string Router::available() const {
   return out;
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session

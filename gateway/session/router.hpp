@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
 
 class Router {
  public:
@@ -46,4 +46,4 @@ class Router {
   std::shared_ptr<const Table> table_;
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session

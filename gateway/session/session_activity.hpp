@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
 
 class SessionActivity {
  public:
@@ -89,4 +89,4 @@ class SessionActivity {
   std::uint64_t next_id_ = 0;
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session

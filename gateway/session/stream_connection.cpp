@@ -1,9 +1,9 @@
 #include "gateway/session/stream_connection.hpp"
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
 
 // Compiled once here rather than in every file that includes the header.
-template class StreamConnection<FdStream>;
-template class StreamConnection<DuplexStream<FdStream, FdStream>>;
+template class StreamConnection<runtime::FdStream>;
+template class StreamConnection<runtime::DuplexStream<runtime::FdStream, runtime::FdStream>>;
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session

@@ -19,7 +19,7 @@
 #include <optional>
 #include <string>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
 
 // How a transport stops reading without cancelling queued writes, and closes. Sockets by default;
 // other streams specialize it.
@@ -37,12 +37,12 @@ struct Transport {
 
 // stdin/stdout (--stdio): pipes, not a socket; reading stops by closing stdin.
 template <>
-struct Transport<DuplexStream<FdStream, FdStream>> {
-  static void stop_reading(DuplexStream<FdStream, FdStream>& s) {
+struct Transport<runtime::DuplexStream<runtime::FdStream, runtime::FdStream>> {
+  static void stop_reading(runtime::DuplexStream<runtime::FdStream, runtime::FdStream>& s) {
     boost::system::error_code ignored;
     s.in().close(ignored);
   }
-  static void close(DuplexStream<FdStream, FdStream>& s) {
+  static void close(runtime::DuplexStream<runtime::FdStream, runtime::FdStream>& s) {
     boost::system::error_code ignored;
     s.in().close(ignored);
     s.out().close(ignored);
@@ -52,10 +52,10 @@ struct Transport<DuplexStream<FdStream, FdStream>> {
 template <typename Stream>
 class StreamConnection final : public Connection, public std::enable_shared_from_this<StreamConnection<Stream>> {
  public:
-  using clock = AsyncEvent::clock;
+  using clock = runtime::AsyncEvent::clock;
 
   // offload: a thread pool where large frames are classified and pickle-checked, off the event loop.
-  StreamConnection(Stream stream, GatewayContext& context, workers::LeaseSource& leases, std::string name,
+  StreamConnection(Stream stream, GatewayContext& context, supervisor::LeaseSource& leases, std::string name,
                    std::optional<asio::any_io_executor> offload = std::nullopt)
       : context_(context),
         config_(context.config()),
@@ -63,12 +63,12 @@ class StreamConnection final : public Connection, public std::enable_shared_from
         name_(std::move(name)),
         // Never more than workers accept (their limits are fixed at start): a message a worker could not
         // take would end it, and every import it holds.
-        stream_(StreamOptions{FramingLimits{std::min(config_->gateway.max_message_bytes,
+        stream_(runtime::StreamOptions{protocol::FramingLimits{std::min(config_->gateway.max_message_bytes,
                                                      context.worker_options.framing.max_message_bytes),
                                             std::min(config_->gateway.max_header_bytes,
                                                      context.worker_options.framing.max_header_bytes)},
-                              FrameReader::Mode::strict,
-                              JsonLimits{config_->gateway.max_json_depth, config_->gateway.max_object_members},
+                              protocol::FrameReader::Mode::strict,
+                              protocol::JsonLimits{config_->gateway.max_json_depth, config_->gateway.max_object_members},
                               kClientHighWater},
                 std::move(stream)),
         closed_(stream_.get_executor()),
@@ -76,7 +76,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
         last_activity_(connected_at_),
         watchdog_wake_(stream_.get_executor()),
         offload_(std::move(offload)) {
-    if (offload_) stream_.classify_large_frames_on(*offload_, kOffloadFrameBytes);
+    if (offload_) stream_.classify_large_frames_on(*offload_, runtime::kOffloadFrameBytes);
   }
 
   ~StreamConnection() override { log::debug("{}: connection released", name_); }
@@ -88,9 +88,9 @@ class StreamConnection final : public Connection, public std::enable_shared_from
     stream_.on_partial_frame = [this] { watchdog_wake_.set(); };
     stream_.on_write_queue_full([this] { watchdog_wake_.set(); });
     auto ex = stream_.get_executor();
-    asio::co_spawn(ex, [self] { return self->stream_.run_writer(); }, log_exceptions(name_ + " writer"));
-    asio::co_spawn(ex, [self] { return self->read_loop(); }, log_exceptions(name_ + " reader"));
-    asio::co_spawn(ex, [self] { return self->watchdog(); }, log_exceptions(name_ + " watchdog"));
+    asio::co_spawn(ex, [self] { return self->stream_.run_writer(); }, runtime::log_exceptions(name_ + " writer"));
+    asio::co_spawn(ex, [self] { return self->read_loop(); }, runtime::log_exceptions(name_ + " reader"));
+    asio::co_spawn(ex, [self] { return self->watchdog(); }, runtime::log_exceptions(name_ + " watchdog"));
   }
 
   Stream& stream() { return stream_.stream(); }
@@ -117,7 +117,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
     watchdog_wake_.set();
     auto self = this->shared_from_this();
     asio::co_spawn(stream_.get_executor(), [self, why] { return self->teardown(why); },
-                   log_exceptions(name_ + " teardown"));
+                   runtime::log_exceptions(name_ + " teardown"));
   }
 
  private:
@@ -144,32 +144,32 @@ class StreamConnection final : public Connection, public std::enable_shared_from
     while (!closing_) {
       co_await wait_until_writable();
       if (closing_) break;
-      Incoming in = co_await stream_.read();
-      if (in.kind == Incoming::Kind::message && offload_ && in.message->text().size() >= kOffloadFrameBytes)
+      runtime::Incoming in = co_await stream_.read();
+      if (in.kind == runtime::Incoming::Kind::message && offload_ && in.message->text().size() >= runtime::kOffloadFrameBytes)
         co_await session_->precheck(*in.message, *offload_);
       // Whatever handling this message sends (one answer at most, at once) finds room.
-      if (in.kind == Incoming::Kind::message || in.kind == Incoming::Kind::invalid) {
+      if (in.kind == runtime::Incoming::Kind::message || in.kind == runtime::Incoming::Kind::invalid) {
         co_await wait_until_writable();
         if (closing_) {
           session_->clear_precheck();
           break;
         }
       }
-      if (in.kind == Incoming::Kind::message) {
+      if (in.kind == runtime::Incoming::Kind::message) {
         last_activity_ = clock::now();
         context_.metrics.bytes_in.fetch_add(in.message->text().size(), std::memory_order_relaxed);
         session_->handle(*in.message);
-      } else if (in.kind == Incoming::Kind::invalid) {
+      } else if (in.kind == runtime::Incoming::Kind::invalid) {
         last_activity_ = clock::now();
         session_->handle_invalid(*in.problem);
-      } else if (in.kind == Incoming::Kind::framing_error) {
+      } else if (in.kind == runtime::Incoming::Kind::framing_error) {
         // After a framing fault no later byte can be trusted to start a frame: say why, then hang up.
         // A PROXY header from an address that is not a configured balancer is refused this way.
         if (in.error.find("'PROXY ") != std::string::npos)
           in.error += " (a PROXY protocol header: the gateway reads one only on TCP connections from [gateway] "
                       "proxy_protocol_from, and only once)";
         log::warn("{}: framing error: {}; closing the connection", name_, in.error);
-        send(make_error_raw("null", protocol::kParseError,
+        send(protocol::make_error_raw("null", protocol::kParseError,
                             fmt::format("Framing error: {}. The gateway closes the connection.", in.error)));
         why = "framing error";
         break;
@@ -232,7 +232,7 @@ class StreamConnection final : public Connection, public std::enable_shared_from
         next = std::min(next, last_activity_ + gw.idle_timeout);  // busy: only a look again then
       if (!expired.empty()) {
         log::warn("{}: closing: {}", name_, expired);
-        send(make_error_raw("null", protocol::kSessionTimeout,
+        send(protocol::make_error_raw("null", protocol::kSessionTimeout,
                             "The gateway closes this connection: " + expired + "."));
         close(expired);
         continue;  // write_timeout is still watched while the connection closes
@@ -267,24 +267,24 @@ class StreamConnection final : public Connection, public std::enable_shared_from
 
   GatewayContext& context_;
   std::shared_ptr<const config::Config> config_;  // as when the client connected: its limits
-  workers::LeaseSource& leases_;
+  supervisor::LeaseSource& leases_;
   std::string name_;
-  MessageStream<Stream> stream_;
+  runtime::MessageStream<Stream> stream_;
   std::shared_ptr<ClientSession> session_;
   bool closing_ = false;
-  AsyncEvent closed_;
+  runtime::AsyncEvent closed_;
   // When the connection opened, and when the last message arrived.
   clock::time_point connected_at_;
   clock::time_point last_activity_;
   // Until when the watchdog sleeps (min while it is awake or watches a closing connection).
   clock::time_point watchdog_until_ = clock::time_point::min();
-  AsyncEvent watchdog_wake_;
+  runtime::AsyncEvent watchdog_wake_;
   std::optional<asio::any_io_executor> offload_;
   bool reading_paused_ = false;  // back-pressure: the client's write queue is full
   bool abandoned_ = false;       // the transport was closed with writes still queued
 };
 
-extern template class StreamConnection<FdStream>;
-extern template class StreamConnection<DuplexStream<FdStream, FdStream>>;
+extern template class StreamConnection<runtime::FdStream>;
+extern template class StreamConnection<runtime::DuplexStream<runtime::FdStream, runtime::FdStream>>;
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session

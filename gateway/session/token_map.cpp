@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <stdexcept>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
 
 std::string TokenMap::new_token(std::string_view library) {
   unsigned char bytes[16];
@@ -59,29 +59,29 @@ std::vector<Import> TokenMap::take_all() {
   return all;
 }
 
-std::string to_worker(const params::RunKeyword& params, const Import& import) {
-  return params.with({{params.library_token_value, jsontext::quote(import.worker_token)}});
+std::string to_worker(const protocol::RunKeyword& params, const Import& import) {
+  return params.with({{params.library_token_value, protocol::quote(import.worker_token)}});
 }
 
 std::string finalize_params(const Import& import) {
-  return "{\"token\":" + jsontext::quote(import.worker_token) + "}";
+  return "{\"token\":" + protocol::quote(import.worker_token) + "}";
 }
 
-std::optional<WorkerToken> worker_token_of(const Message& import_answer) {
+std::optional<WorkerToken> worker_token_of(const protocol::Message& import_answer) {
   auto result = import_answer.result_slice();
   if (!result) return std::nullopt;
   const std::string_view text = result->of(import_answer.text());
-  const auto members = jsontext::members(text);
-  const auto* token = jsontext::find(members, "token");
-  if (!token || token->kind != jsontext::Kind::string) return std::nullopt;
-  WorkerToken found{jsontext::decode_string(token->value.of(text)), {result->offset + token->value.offset, token->value.size}};
+  const auto members = protocol::members(text);
+  const auto* token = protocol::find(members, "token");
+  if (!token || token->kind != protocol::Kind::string) return std::nullopt;
+  WorkerToken found{protocol::decode_string(token->value.of(text)), {result->offset + token->value.offset, token->value.size}};
   if (found.token.empty()) return std::nullopt;
   return found;
 }
 
-std::string to_client(const Message& import_answer, const WorkerToken& worker_token, std::string_view client_id_text,
+std::string to_client(const protocol::Message& import_answer, const WorkerToken& worker_token, std::string_view client_id_text,
                       std::string_view gateway_token) {
-  return import_answer.with_id(client_id_text, {{worker_token.where, jsontext::quote(gateway_token)}});
+  return import_answer.with_id(client_id_text, {{worker_token.where, protocol::quote(gateway_token)}});
 }
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session

@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
 
 // The largest import params kept for a re-import: a connection's imports hold them for as long as they
 // live, beyond max_pending_bytes.
@@ -27,9 +27,9 @@ struct Import {
   std::string token;         // what the client holds
   std::string library;       // configured library name
   std::string worker_token;  // what the worker issued
-  std::shared_ptr<workers::Lease> lease;  // the only way to the worker; ended when the import ends
+  std::shared_ptr<supervisor::Lease> lease;  // the only way to the worker; ended when the import ends
   std::shared_ptr<const config::Library> config;  // its settings (the configuration at its import)
-  workers::LibraryMetrics* metrics = nullptr;     // its library's counters (none in unit tests' fakes)
+  supervisor::LibraryMetrics* metrics = nullptr;     // its library's counters (none in unit tests' fakes)
   // The robot/import_library params the worker got (escaped as sent): what a re-import sends again when the
   // worker is lost (on_worker_loss = "reimport"). Shared: every keyword's copy of the import holds the same.
   // None when larger than kMaxKeptImportBytes (such an import is not imported again).
@@ -37,7 +37,7 @@ struct Import {
   // Why its worker was lost, once a keyword failed with it; "" while it serves.
   std::string lost;
   // Set while a keyword imports the library again: later keywords on the token wait for it.
-  std::shared_ptr<AsyncEvent> reimporting;
+  std::shared_ptr<runtime::AsyncEvent> reimporting;
 };
 
 class TokenMap {
@@ -58,7 +58,7 @@ class TokenMap {
 
 // Client -> worker: run_keyword params with the worker's token in place of the gateway's; every
 // other byte as the client sent it.
-std::string to_worker(const params::RunKeyword& params, const Import& import);
+std::string to_worker(const protocol::RunKeyword& params, const Import& import);
 // Client -> worker: the finalize params the worker expects for this import.
 std::string finalize_params(const Import& import);
 
@@ -66,12 +66,12 @@ std::string finalize_params(const Import& import);
 // nullopt when the answer has none.
 struct WorkerToken {
   std::string token;
-  Slice where;
+  protocol::Slice where;
 };
-std::optional<WorkerToken> worker_token_of(const Message& import_answer);
+std::optional<WorkerToken> worker_token_of(const protocol::Message& import_answer);
 // Worker -> client: the import answer with the client's id and the gateway's token; every other byte
 // (the definition, unknown fields) as the worker sent it.
-std::string to_client(const Message& import_answer, const WorkerToken& worker_token, std::string_view client_id_text,
+std::string to_client(const protocol::Message& import_answer, const WorkerToken& worker_token, std::string_view client_id_text,
                       std::string_view gateway_token);
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session

@@ -16,7 +16,7 @@
 
 #include <utility>
 
-namespace rjg::workers {
+namespace rjg::gateway::supervisor {
 namespace {
 
 // How long a worker may take to answer robot/finalize_library (its cleanup) before it is stopped anyway.
@@ -35,7 +35,7 @@ class CrossLoopObserver final : public CallObserver {
       if (auto observer = target.lock()) observer->relay_notification(text);
     });
   }
-  asio::awaitable<void> wait_for_room() override { co_await run_on(home_, room(target_)); }
+  asio::awaitable<void> wait_for_room() override { co_await runtime::run_on(home_, room(target_)); }
 
  private:
   static asio::awaitable<void> room(std::weak_ptr<CallObserver> target) {
@@ -47,14 +47,14 @@ class CrossLoopObserver final : public CallObserver {
 };
 
 // On the worker's loop; its parameters keep the worker and the relay alive until the answer.
-asio::awaitable<Message> call_there(std::shared_ptr<Worker> worker, std::string_view method, std::string params,
+asio::awaitable<protocol::Message> call_there(std::shared_ptr<Worker> worker, std::string_view method, std::string params,
                                     std::shared_ptr<CallObserver> relay, std::string what,
                                     std::optional<config::Duration> timeout) {
   co_return co_await worker->call(method, std::move(params), relay, std::move(what), timeout);
 }
 
 // A worker call made from any loop: run on the worker's loop (directly when that is the caller's).
-asio::awaitable<Message> call_worker(std::shared_ptr<Worker> worker, std::string_view method, std::string params,
+asio::awaitable<protocol::Message> call_worker(std::shared_ptr<Worker> worker, std::string_view method, std::string params,
                                      std::weak_ptr<CallObserver> observer, std::string what,
                                      std::optional<config::Duration> timeout = std::nullopt) {
   const auto here = co_await asio::this_coro::executor;
@@ -62,7 +62,7 @@ asio::awaitable<Message> call_worker(std::shared_ptr<Worker> worker, std::string
     co_return co_await worker->call(method, std::move(params), std::move(observer), std::move(what), timeout);
   std::shared_ptr<CallObserver> relay;
   if (!observer.expired()) relay = std::make_shared<CrossLoopObserver>(std::move(observer), here);
-  co_return co_await run_on(worker->executor(), call_there(worker, method, std::move(params), relay, std::move(what),
+  co_return co_await runtime::run_on(worker->executor(), call_there(worker, method, std::move(params), relay, std::move(what),
                                                            timeout));
 }
 
@@ -76,21 +76,21 @@ class PoolLease final : public Lease {
     // moves into the coroutine: this lease is gone by the time it runs.
     if (grant_.worker && grant_.pool) {
       log::error("bug: library {}: lease on worker pid {} dropped without release", library_name_, pid_);
-      asio::co_spawn(executor_, release_owned(std::move(grant_), "its lease was dropped"), log_exceptions("lease drop"));
+      asio::co_spawn(executor_, release_owned(std::move(grant_), "its lease was dropped"), runtime::log_exceptions("lease drop"));
     }
   }
 
-  asio::awaitable<void> finalize_ahead(const Message& answer) {
+  asio::awaitable<void> finalize_ahead(const protocol::Message& answer) {
     const auto result = answer.result_text();
-    const auto members = jsontext::members(result);
-    const auto* token = jsontext::find(members, "token");
-    if (!token || token->kind != jsontext::Kind::string) co_return;
+    const auto members = protocol::members(result);
+    const auto* token = protocol::find(members, "token");
+    if (!token || token->kind != protocol::Kind::string) co_return;
     const std::string params = "{\"token\":" + std::string(token->value.of(result)) + "}";
     const auto reply = co_await call_worker(
         held(), protocol::kFinalizeLibrary, params, {},
         fmt::format("the finalize of the instance of library '{}' imported ahead of time", library().label()),
         library().startup_timeout);
-    if (reply.kind == Message::Kind::error_response)
+    if (reply.kind == protocol::Message::Kind::error_response)
       log::warn("library {}: worker {} refused to finalize the instance it imported ahead of time ({}); the "
                 "import with arguments goes on",
                 library().label(), held()->where(), reply.error_message());
@@ -110,9 +110,9 @@ class PoolLease final : public Lease {
     return {};
   }
   std::string server_name() const override { return grant_.worker ? grant_.worker->server_name() : std::string(); }
-  std::optional<Message> take_preimported() override { return std::exchange(grant_.preimported, std::nullopt); }
+  std::optional<protocol::Message> take_preimported() override { return std::exchange(grant_.preimported, std::nullopt); }
 
-  asio::awaitable<Message> import_library(std::string params, std::weak_ptr<CallObserver> observer) override {
+  asio::awaitable<protocol::Message> import_library(std::string params, std::weak_ptr<CallObserver> observer) override {
     // An import with arguments in a worker that imported the library ahead of time: that instance is
     // finalized first, and this import is a fresh one in the same (warm) process.
     if (auto ahead = take_preimported()) co_await finalize_ahead(*ahead);
@@ -120,7 +120,7 @@ class PoolLease final : public Lease {
                                    fmt::format("the import of library '{}'", library().label()));
   }
 
-  asio::awaitable<Message> run_keyword(std::string params, std::string keyword,
+  asio::awaitable<protocol::Message> run_keyword(std::string params, std::string keyword,
                                        std::weak_ptr<CallObserver> observer) override {
     auto worker = grant_.worker;  // this call keeps it, even if the import is finalized meanwhile
     const auto timeout = library().keyword_timeout;
@@ -141,7 +141,7 @@ class PoolLease final : public Lease {
     // import it holds (they then fail with this reason). The caller is answered at once.
     auto reason = fmt::format("keyword '{}' exceeded keyword_timeout {}ms", keyword, timeout.count());
     asio::dispatch(executor_, [pool = grant_.pool, worker, reason] { pool->retire(worker, reason); });
-    asio::co_spawn(worker->executor(), stop(worker, reason), log_exceptions("keyword timeout stop"));
+    asio::co_spawn(worker->executor(), stop(worker, reason), runtime::log_exceptions("keyword timeout stop"));
     throw WorkerError(protocol::kWorkerTimeout,
                       fmt::format("Keyword '{}' of library '{}' did not finish within {}ms (keyword_timeout). {}, "
                                   "and the library instance with it.",
@@ -153,9 +153,9 @@ class PoolLease final : public Lease {
                       overran->data);
   }
 
-  asio::awaitable<std::optional<Message>> finalize_library(std::string params,
+  asio::awaitable<std::optional<protocol::Message>> finalize_library(std::string params,
                                                            std::weak_ptr<CallObserver> observer) override {
-    std::optional<Message> answer;
+    std::optional<protocol::Message> answer;
     if (grant_.worker && grant_.worker->alive()) {
       try {
         answer.emplace(co_await finalize(std::move(params), std::move(observer)));
@@ -188,7 +188,7 @@ class PoolLease final : public Lease {
   }
 
   asio::awaitable<void> release(std::string reason) override {
-    co_await run_on(executor_, release_grant(grant_, std::move(reason)));
+    co_await runtime::run_on(executor_, release_grant(grant_, std::move(reason)));
   }
 
  private:
@@ -201,7 +201,7 @@ class PoolLease final : public Lease {
     return grant_.worker;
   }
 
-  asio::awaitable<Message> finalize(std::string params, std::weak_ptr<CallObserver> observer) {
+  asio::awaitable<protocol::Message> finalize(std::string params, std::weak_ptr<CallObserver> observer) {
     co_return co_await call_worker(held(), protocol::kFinalizeLibrary, std::move(params), std::move(observer),
                                    fmt::format("robot/finalize_library of '{}'", library().label()), kFinalizeTimeout);
   }
@@ -263,14 +263,14 @@ asio::awaitable<Grant> WorkerPools::acquire_named(std::shared_ptr<const config::
 
 asio::awaitable<std::shared_ptr<Lease>> WorkerPools::acquire(const config::Library& library) {
   const auto home = co_await asio::this_coro::executor;
-  auto grant = co_await run_on(executor_, acquire_named(std::make_shared<const config::Library>(library), false, home));
+  auto grant = co_await runtime::run_on(executor_, acquire_named(std::make_shared<const config::Library>(library), false, home));
   co_return std::make_shared<PoolLease>(std::move(grant), executor_);
 }
 
 asio::awaitable<std::shared_ptr<Lease>> WorkerPools::acquire_without_arguments(const config::Library& library) {
   const auto home = co_await asio::this_coro::executor;
-  auto grant = co_await run_on(executor_, acquire_named(std::make_shared<const config::Library>(library), true, home));
+  auto grant = co_await runtime::run_on(executor_, acquire_named(std::make_shared<const config::Library>(library), true, home));
   co_return std::make_shared<PoolLease>(std::move(grant), executor_);
 }
 
-}  // namespace rjg::workers
+}  // namespace rjg::gateway::supervisor

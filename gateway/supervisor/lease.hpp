@@ -14,7 +14,9 @@
 #include <optional>
 #include <string>
 
-namespace rjg::workers {
+namespace rjg::gateway::supervisor {
+
+namespace asio = boost::asio;
 
 class Lease {
  public:
@@ -38,17 +40,17 @@ class Lease {
   virtual std::shared_ptr<const config::Library> settings() const { return nullptr; }
   // prewarm_import: the worker's answer to the import without arguments it made ahead of time, given
   // once. The session answers its import with it and sends no import of its own. Nothing otherwise.
-  virtual std::optional<Message> take_preimported() { return std::nullopt; }
+  virtual std::optional<protocol::Message> take_preimported() { return std::nullopt; }
 
   // robot/import_library with these params (a JSON text, passed on unchanged). Throws WorkerError.
-  virtual asio::awaitable<Message> import_library(std::string params, std::weak_ptr<CallObserver> observer) = 0;
+  virtual asio::awaitable<protocol::Message> import_library(std::string params, std::weak_ptr<CallObserver> observer) = 0;
   // robot/run_keyword. A keyword that overruns the library's keyword_timeout ends its worker (and with
   // it every import it holds) and throws WorkerError(kWorkerTimeout) naming the keyword and setting.
-  virtual asio::awaitable<Message> run_keyword(std::string params, std::string keyword,
+  virtual asio::awaitable<protocol::Message> run_keyword(std::string params, std::string keyword,
                                                std::weak_ptr<CallObserver> observer) = 0;
   // robot/finalize_library, then the import ends (release). The worker's answer, or nothing when the
   // worker is already gone (there is nothing left to finalize).
-  virtual asio::awaitable<std::optional<Message>> finalize_library(std::string params,
+  virtual asio::awaitable<std::optional<protocol::Message>> finalize_library(std::string params,
                                                                    std::weak_ptr<CallObserver> observer) = 0;
   // The import ends without the client asking (its session closed): a shared worker finalizes the
   // instance (params: the finalize params for the worker); a dedicated worker is stopped.
@@ -71,4 +73,4 @@ class LeaseSource {
   }
 };
 
-}  // namespace rjg::workers
+}  // namespace rjg::gateway::supervisor

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-namespace rjg::workers {
+namespace rjg::gateway::supervisor {
 
 void Histogram::observe(std::chrono::steady_clock::duration d) {
   const double seconds = std::chrono::duration<double>(d).count();
@@ -53,4 +53,4 @@ std::string label_value(std::string_view text) {
   return out;
 }
 
-}  // namespace rjg::workers
+}  // namespace rjg::gateway::supervisor

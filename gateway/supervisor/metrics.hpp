@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-namespace rjg::workers {
+namespace rjg::gateway::supervisor {
 
 // Cumulative buckets of durations in seconds, as Prometheus histograms count them.
 class Histogram {
@@ -83,4 +83,4 @@ class Metrics {
 // A label value as the text format wants it: \, " and newline escaped.
 std::string label_value(std::string_view text);
 
-}  // namespace rjg::workers
+}  // namespace rjg::gateway::supervisor

@@ -12,7 +12,7 @@
 #include <algorithm>
 #include <random>
 
-namespace rjg::workers {
+namespace rjg::gateway::supervisor {
 using namespace std::chrono_literals;
 using clock = std::chrono::steady_clock;
 
@@ -54,16 +54,16 @@ class AheadImportLog final : public CallObserver {
 
   void relay_notification(std::string_view json_text) override {
     std::string method = "a notification", level, message;
-    const auto members = jsontext::members(json_text);
-    if (const auto* m = jsontext::find(members, "method"); m && m->kind == jsontext::Kind::string)
-      method = jsontext::decode_string(m->value.of(json_text));
-    if (const auto* p = jsontext::find(members, "params"); p && p->kind == jsontext::Kind::object) {
+    const auto members = protocol::members(json_text);
+    if (const auto* m = protocol::find(members, "method"); m && m->kind == protocol::Kind::string)
+      method = protocol::decode_string(m->value.of(json_text));
+    if (const auto* p = protocol::find(members, "params"); p && p->kind == protocol::Kind::object) {
       const auto params = p->value.of(json_text);
-      const auto fields = jsontext::members(params);
-      if (const auto* l = jsontext::find(fields, "level"); l && l->kind == jsontext::Kind::string)
-        level = jsontext::decode_string(l->value.of(params));
-      if (const auto* t = jsontext::find(fields, "message"))
-        message = t->kind == jsontext::Kind::string ? jsontext::decode_string(t->value.of(params))
+      const auto fields = protocol::members(params);
+      if (const auto* l = protocol::find(fields, "level"); l && l->kind == protocol::Kind::string)
+        level = protocol::decode_string(l->value.of(params));
+      if (const auto* t = protocol::find(fields, "message"))
+        message = t->kind == protocol::Kind::string ? protocol::decode_string(t->value.of(params))
                                                     : std::string(t->value.of(params));
     }
     log::info("worker {}[{}]: {} during the import ahead of any session (no client gets it): {}{}", library_, pid_,
@@ -249,7 +249,7 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
   std::optional<WorkerError> failure;
   try {
     // Started on its own loop, where it lives from now on.
-    worker = co_await run_on(home, Worker::start(home, settings, owner_.reaper_, owner_.options_));
+    worker = co_await runtime::run_on(home, Worker::start(home, settings, owner_.reaper_, owner_.options_));
   } catch (const WorkerError& e) {
     failure = e;
   }
@@ -285,11 +285,11 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
   LibraryMetrics::add(metrics_.starts, for_prewarm ? StartKind::prewarmed : StartKind::cold);
   log::info("library {}: worker {} ready ({}; {} live)", library_->name, worker->where(),
             for_prewarm ? "prewarm" : "cold start for an import", workers_.size());
-  asio::co_spawn(owner_.executor_, watch(worker), log_exceptions("pool watch " + library_->name));
+  asio::co_spawn(owner_.executor_, watch(worker), runtime::log_exceptions("pool watch " + library_->name));
   // A shared worker has room for more than the import that started it: imports that queued for
   // capacity meanwhile look again (after this one, which takes its place before they run).
   if (library_->isolation == config::Isolation::shared) owner_.capacity_changed();
-  if (stopping_) co_await run_on(worker->executor(), worker->stop("the gateway is shutting down"));
+  if (stopping_) co_await runtime::run_on(worker->executor(), worker->stop("the gateway is shutting down"));
   // Started for a retired pool (an import that queued before the reload): it serves that import, then goes.
   if (retired_ && !stopping_) {
     if (auto it = slots_.find(worker.get()); it != slots_.end()) it->second.draining = true;
@@ -298,7 +298,7 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
 }
 
 asio::awaitable<void> LibraryPool::watch(std::shared_ptr<Worker> worker) {
-  const Ending ending = co_await run_on(worker->executor(), ending_of(worker));
+  const Ending ending = co_await runtime::run_on(worker->executor(), ending_of(worker));
   auto slot = slots_.find(worker.get());
   auto uptime = slot != slots_.end() ? clock::now() - slot->second.born : clock::duration{};
   const bool counted = slot != slots_.end() && slot->second.failure_counted;
@@ -334,14 +334,14 @@ asio::awaitable<void> LibraryPool::prewarm_loop() {
         auto worker = co_await start_worker(true, shared ? owner_.executor_ : owner_.next_loop());
         if (retired_ && !stopping_) {
           // A reload retired the pool while this one started: nobody will ask for it (shared ones too).
-          co_await run_on(worker->executor(), worker->stop("prewarmed for settings a reload replaced or removed"));
+          co_await runtime::run_on(worker->executor(), worker->stop("prewarmed for settings a reload replaced or removed"));
           continue;
         }
         bool ready = !shared && !stopping_;
         // A worker counts as started (it holds capacity) while it imports ahead, but is handed out only after.
         if (ready && library_->prewarm_import) ready = co_await import_ahead(worker);
         if (ready && retired_) {
-          co_await run_on(worker->executor(), worker->stop("prewarmed for settings a reload replaced or removed"));
+          co_await runtime::run_on(worker->executor(), worker->stop("prewarmed for settings a reload replaced or removed"));
           ready = false;
         }
         if (ready && !stopping_) {
@@ -362,12 +362,12 @@ asio::awaitable<void> LibraryPool::prewarm_loop() {
 asio::awaitable<bool> LibraryPool::import_ahead(std::shared_ptr<Worker> worker) {
   const pid_t pid = worker->pid();
   auto logs = std::make_shared<AheadImportLog>(library_->name, pid);
-  std::optional<Message> answer;
+  std::optional<protocol::Message> answer;
   std::string why;
   bool timed_out = false;
   try {
     // Bounded like a start: a library whose import hangs must not hold a prewarmed worker for ever.
-    answer.emplace(co_await run_on(
+    answer.emplace(co_await runtime::run_on(
         worker->executor(),
         worker->call(protocol::kImportLibrary, std::string(kImportWithoutArguments), logs,
                      fmt::format("the import of library '{}' ahead of any session", library_->name),
@@ -378,7 +378,7 @@ asio::awaitable<bool> LibraryPool::import_ahead(std::shared_ptr<Worker> worker) 
     if (timed_out) why += " (startup_timeout, which bounds an import ahead of time too)";
   }
   if (stopping_) co_return false;
-  if (answer && answer->kind == Message::Kind::error_response)
+  if (answer && answer->kind == protocol::Message::Kind::error_response)
     why = fmt::format("it answered with error {}: {}", answer->error_code(), answer->error_message());
   auto slot = slots_.find(worker.get());
   if (why.empty()) {
@@ -396,12 +396,12 @@ asio::awaitable<bool> LibraryPool::import_ahead(std::shared_ptr<Worker> worker) 
   record_failure(fmt::format("the import ahead of any session failed in worker pid {}: {}", pid, why));
   // A worker still busy with the import cannot hear robot/shutdown: it is terminated instead.
   asio::co_spawn(worker->executor(), worker->stop("its import ahead of any session failed", !timed_out),
-                 log_exceptions("import ahead stop " + library_->name));
+                 runtime::log_exceptions("import ahead stop " + library_->name));
   co_return false;
 }
 
 void LibraryPool::start_prewarm() {
-  asio::co_spawn(owner_.executor_, prewarm_loop(), log_exceptions("prewarm " + library_->name));
+  asio::co_spawn(owner_.executor_, prewarm_loop(), runtime::log_exceptions("prewarm " + library_->name));
 }
 
 asio::awaitable<void> LibraryPool::release(Grant& grant, std::string reason) {
@@ -411,11 +411,11 @@ asio::awaitable<void> LibraryPool::release(Grant& grant, std::string reason) {
   if (slot != slots_.end() && slot->second.imports > 0) --slot->second.imports;
   if (library_->isolation == config::Isolation::session) {
     const bool polite = worker->state() != Worker::State::busy;
-    co_await run_on(worker->executor(), worker->stop(std::move(reason), polite));
+    co_await runtime::run_on(worker->executor(), worker->stop(std::move(reason), polite));
     co_return;
   }
   if (slot != slots_.end() && slot->second.draining && slot->second.imports == 0)
-    co_await run_on(worker->executor(), worker->stop(retired_ ? "retired by a reload after its last import ended"
+    co_await runtime::run_on(worker->executor(), worker->stop(retired_ ? "retired by a reload after its last import ended"
                                                               : "recycled after its last import ended"));
 }
 
@@ -426,7 +426,7 @@ void LibraryPool::drain(const std::shared_ptr<Worker>& worker, Slot& slot, std::
             library_->name, worker->pid(), reason, slot.imports);
   if (slot.imports == 0) {
     asio::co_spawn(worker->executor(), worker->stop((retired_ ? "retired: " : "recycled: ") + reason),
-                   log_exceptions("recycle"));
+                   runtime::log_exceptions("recycle"));
   }
   prewarm_wake_.set();
 }
@@ -458,7 +458,7 @@ void LibraryPool::retire(std::string reason) {
   retired_ = true;
   prewarm_wake_.set();
   for (auto& w : ready_)
-    asio::co_spawn(w->executor(), w->stop("prewarmed, never used: " + reason), log_exceptions("retire"));
+    asio::co_spawn(w->executor(), w->stop("prewarmed, never used: " + reason), runtime::log_exceptions("retire"));
   ready_.clear();
   for (auto& w : workers_) {
     auto it = slots_.find(w.get());
@@ -476,7 +476,7 @@ void LibraryPool::shutdown() {
   ready_.clear();
   auto workers = workers_;
   for (auto& w : workers)
-    asio::co_spawn(w->executor(), w->stop("the gateway is shutting down"), log_exceptions("pool shutdown"));
+    asio::co_spawn(w->executor(), w->stop("the gateway is shutting down"), runtime::log_exceptions("pool shutdown"));
 }
 
 // --- WorkerPools -----------------------------------------------------------------------------
@@ -573,8 +573,8 @@ bool WorkerPools::has_capacity(const LibraryPool& pool) const {
   return config_->gateway.max_workers == 0 || live_ < config_->gateway.max_workers;
 }
 
-asio::awaitable<bool> WorkerPools::wait_for_capacity(AsyncEvent::clock::time_point deadline) {
-  auto turn = std::make_shared<AsyncEvent>(executor_);
+asio::awaitable<bool> WorkerPools::wait_for_capacity(runtime::AsyncEvent::clock::time_point deadline) {
+  auto turn = std::make_shared<runtime::AsyncEvent>(executor_);
   capacity_waiters_.push_back(turn);
   bool woken = co_await turn->wait_until(deadline);
   if (!woken) std::erase(capacity_waiters_, turn);
@@ -595,7 +595,7 @@ bool WorkerPools::evict_idle_prewarmed(const LibraryPool* except) {
     if (!p->ready_.empty()) {
       auto w = std::move(p->ready_.back());
       p->ready_.pop_back();
-      asio::co_spawn(w->executor(), w->stop("making room for an import of another library"), log_exceptions("evict"));
+      asio::co_spawn(w->executor(), w->stop("making room for an import of another library"), runtime::log_exceptions("evict"));
       return true;
     }
     for (auto& w : p->workers_) {
@@ -603,7 +603,7 @@ bool WorkerPools::evict_idle_prewarmed(const LibraryPool* except) {
       if (p->library().isolation == config::Isolation::shared && slot.imports == 0 && !slot.draining &&
           w->state() == Worker::State::idle) {
         slot.draining = true;
-        asio::co_spawn(w->executor(), w->stop("making room for an import of another library"), log_exceptions("evict"));
+        asio::co_spawn(w->executor(), w->stop("making room for an import of another library"), runtime::log_exceptions("evict"));
         return true;
       }
     }
@@ -616,7 +616,7 @@ asio::awaitable<void> WorkerPools::begin_start(bool for_import) {
     ++starts_in_progress_;
     co_return;
   }
-  auto turn = std::make_shared<AsyncEvent>(executor_);
+  auto turn = std::make_shared<runtime::AsyncEvent>(executor_);
   (for_import ? import_start_waiters_ : prewarm_start_waiters_).push_back(turn);
   co_await turn->wait();  // end_start() hands its turn over
 }
@@ -682,4 +682,4 @@ asio::awaitable<void> WorkerPools::shutdown() {
   co_await reaper_.end_orphans_now();
 }
 
-}  // namespace rjg::workers
+}  // namespace rjg::gateway::supervisor

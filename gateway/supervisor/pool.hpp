@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace rjg::workers {
+namespace rjg::gateway::supervisor {
 
 class WorkerPools;
 class LibraryPool;
@@ -30,7 +30,7 @@ struct Grant {
   bool prewarmed = false;  // served by a worker started before the import (a warm start)
   // prewarm_import: the worker's answer to the import without arguments it made ahead of time, which
   // answers this import (handed out only for an import without arguments).
-  std::optional<Message> preimported{};
+  std::optional<protocol::Message> preimported{};
   // The settings the import is served with: the pool's library, or what a glob entry made of it for the
   // imported name (config::concrete).
   std::shared_ptr<const config::Library> serving{};
@@ -87,7 +87,7 @@ class LibraryPool {
     std::uint64_t max_rss = 0;
     bool draining = false;
     // prewarm_import: the answer to the import made ahead of time, until an import takes the worker.
-    std::optional<Message> preimported;
+    std::optional<protocol::Message> preimported;
     // Its failure was already counted for the crash backoff (a failed import ahead of time): its stop
     // is not a clean end.
     bool failure_counted = false;
@@ -120,7 +120,7 @@ class LibraryPool {
   std::string last_crash_;  // for the status page: see PoolView::last_crash
   std::chrono::steady_clock::time_point last_crash_at_{};
   std::chrono::steady_clock::time_point retry_at_{};
-  AsyncEvent prewarm_wake_;
+  runtime::AsyncEvent prewarm_wake_;
   bool stopping_ = false;
   bool retired_ = false;  // a reload replaced or removed the library (see retire)
   std::size_t waiting_ = 0;  // imports waiting for capacity
@@ -198,7 +198,7 @@ class WorkerPools : public LeaseSource {
   asio::awaitable<Grant> acquire_named(std::shared_ptr<const config::Library> library, bool without_arguments,
                                        asio::any_io_executor home);
   // Waits until capacity may have changed, or the deadline; false at the deadline.
-  asio::awaitable<bool> wait_for_capacity(AsyncEvent::clock::time_point deadline);
+  asio::awaitable<bool> wait_for_capacity(runtime::AsyncEvent::clock::time_point deadline);
   void capacity_changed();
   // Frees capacity for a waiting import by stopping an idle prewarmed worker of another library.
   bool evict_idle_prewarmed(const LibraryPool* except);
@@ -222,10 +222,10 @@ class WorkerPools : public LeaseSource {
   std::vector<std::unique_ptr<LibraryPool>> retired_;
   bool started_ = false;
   std::size_t live_ = 0;
-  std::deque<std::shared_ptr<AsyncEvent>> capacity_waiters_;
+  std::deque<std::shared_ptr<runtime::AsyncEvent>> capacity_waiters_;
   std::size_t starts_in_progress_ = 0;
-  std::deque<std::shared_ptr<AsyncEvent>> import_start_waiters_;
-  std::deque<std::shared_ptr<AsyncEvent>> prewarm_start_waiters_;
+  std::deque<std::shared_ptr<runtime::AsyncEvent>> import_start_waiters_;
+  std::deque<std::shared_ptr<runtime::AsyncEvent>> prewarm_start_waiters_;
 };
 
-}  // namespace rjg::workers
+}  // namespace rjg::gateway::supervisor

@@ -19,7 +19,7 @@
 #include <cstring>
 #include <vector>
 
-namespace rjg::workers {
+namespace rjg::gateway::supervisor {
 namespace {
 
 std::string seconds_text(std::chrono::milliseconds d) {
@@ -278,4 +278,4 @@ boost::asio::awaitable<void> ChildReaper::end_orphans_now() {
   co_return;
 }
 
-}  // namespace rjg::workers
+}  // namespace rjg::gateway::supervisor

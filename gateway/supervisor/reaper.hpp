@@ -20,7 +20,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-namespace rjg::workers {
+namespace rjg::gateway::supervisor {
 
 // How a process ended, from waitpid's status.
 struct ExitStatus {
@@ -100,7 +100,7 @@ class ChildReaper {
   // When the gateway started (clock ticks after boot): an older child of the gateway cannot be a
   // worker's descendant.
   unsigned long long started_at_ = 0;
-  AsyncEvent no_orphans_ending_;
+  runtime::AsyncEvent no_orphans_ending_;
 };
 
-}  // namespace rjg::workers
+}  // namespace rjg::gateway::supervisor

@@ -18,7 +18,7 @@
 
 extern char** environ;
 
-namespace rjg::workers {
+namespace rjg::gateway::supervisor {
 namespace {
 
 // Variables that describe the gateway's own service-manager handshake must not leak into workers:
@@ -155,4 +155,4 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
   return child;
 }
 
-}  // namespace rjg::workers
+}  // namespace rjg::gateway::supervisor

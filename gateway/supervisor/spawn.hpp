@@ -16,7 +16,7 @@
 #include <system_error>
 #include <vector>
 
-namespace rjg::workers {
+namespace rjg::gateway::supervisor {
 
 struct SpawnedProcess {
   pid_t pid = -1;
@@ -52,4 +52,4 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
 // ... what is wrong". Empty when all can.
 std::vector<std::string> check_libraries(const config::Config& config);
 
-}  // namespace rjg::workers
+}  // namespace rjg::gateway::supervisor

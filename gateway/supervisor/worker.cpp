@@ -22,7 +22,7 @@
 #include <chrono>
 #include <vector>
 
-namespace rjg::workers {
+namespace rjg::gateway::supervisor {
 using namespace std::chrono_literals;
 
 namespace {
@@ -57,14 +57,14 @@ Worker::Worker(asio::any_io_executor executor, const config::Library& library, S
       executable_(std::move(process.executable)),
       where_(fmt::format("pid {}", pid_)),
       tag_(fmt::format("worker {}[{}]", library.label(), pid_)),
-      channel_(StreamOptions{options.framing, FrameReader::Mode::lenient, JsonLimits{}, kStdinHighWater},
-               FdStream(executor, process.stdout_pipe.release()), FdStream(executor, process.stdin_pipe.release())),
+      channel_(runtime::StreamOptions{options.framing, protocol::FrameReader::Mode::lenient, protocol::JsonLimits{}, kStdinHighWater},
+               runtime::FdStream(executor, process.stdout_pipe.release()), runtime::FdStream(executor, process.stdin_pipe.release())),
       stderr_(std::move(process.stderr_pipe)),
       deadline_timer_(executor),
       exited_(executor),
       stdout_done_(executor),
       stderr_done_(executor) {
-  if (options.offload) channel_.classify_large_frames_on(*options.offload, kOffloadFrameBytes);
+  if (options.offload) channel_.classify_large_frames_on(*options.offload, runtime::kOffloadFrameBytes);
 }
 
 Worker::Worker(asio::any_io_executor executor, const config::Library& library, int socket, std::string address,
@@ -77,14 +77,14 @@ Worker::Worker(asio::any_io_executor executor, const config::Library& library, i
       where_(fmt::format("upstream {}", executable_)),
       tag_(fmt::format("upstream {}[{}]", library.label(), executable_)),
       // One socket, read and written through two descriptors (the reader and the writer close apart).
-      channel_(StreamOptions{options.framing, FrameReader::Mode::strict, JsonLimits{}, kStdinHighWater},
-               FdStream(executor, socket), FdStream(executor, ::fcntl(socket, F_DUPFD_CLOEXEC, 3))),
+      channel_(runtime::StreamOptions{options.framing, protocol::FrameReader::Mode::strict, protocol::JsonLimits{}, kStdinHighWater},
+               runtime::FdStream(executor, socket), runtime::FdStream(executor, ::fcntl(socket, F_DUPFD_CLOEXEC, 3))),
       stderr_(executor),
       deadline_timer_(executor),
       exited_(executor),
       stdout_done_(executor),
       stderr_done_(executor) {
-  if (options.offload) channel_.classify_large_frames_on(*options.offload, kOffloadFrameBytes);
+  if (options.offload) channel_.classify_large_frames_on(*options.offload, runtime::kOffloadFrameBytes);
   stderr_done_.set();  // an upstream has no stderr to read
 }
 
@@ -126,7 +126,7 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor exe
   }
 
   // Deleted on its own loop, whichever loop lets go of it last (a pool on another loop, say).
-  auto worker = make_shared_on<Worker>(executor, executor, library, std::move(*process), options);
+  auto worker = runtime::make_shared_on<Worker>(executor, executor, library, std::move(*process), options);
   log::info("{}: started: {}", worker->tag_, worker->executable_);
   std::weak_ptr<Worker> weak = worker;
   reaper.watch(worker->pid_, executor, [weak](ExitStatus status) {
@@ -193,7 +193,7 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::connect(asio::any_io_executor e
     ::setsockopt(fd_for_options, IPPROTO_TCP, option, &value, sizeof value);
   const int fd = state->socket.release(ec);
   if (ec) throw fail(fmt::format("cannot take over the connection: {}", ec.message()));
-  auto worker = make_shared_on<Worker>(executor, executor, library, fd, library.upstream, options);
+  auto worker = runtime::make_shared_on<Worker>(executor, executor, library, fd, library.upstream, options);
   log::info("{}: connected to {}", worker->tag_, endpoint.address().to_string() + ":" + std::to_string(endpoint.port()));
   co_return worker;
 }
@@ -203,9 +203,9 @@ asio::awaitable<void> Worker::begin(std::shared_ptr<Worker> worker) {
   const auto& library = worker->library_;
   const auto& options = worker->options_;
   const std::string& where = worker->tag_;
-  asio::co_spawn(executor, [worker]() { return worker->read_stdout(); }, log_exceptions(where + " stdout"));
+  asio::co_spawn(executor, [worker]() { return worker->read_stdout(); }, runtime::log_exceptions(where + " stdout"));
   if (!worker->is_upstream())
-    asio::co_spawn(executor, [worker]() { return worker->read_stderr(); }, log_exceptions(where + " stderr"));
+    asio::co_spawn(executor, [worker]() { return worker->read_stderr(); }, runtime::log_exceptions(where + " stderr"));
   asio::co_spawn(
       executor,
       [worker]() -> asio::awaitable<void> {
@@ -215,25 +215,25 @@ asio::awaitable<void> Worker::begin(std::shared_ptr<Worker> worker) {
         if (worker->is_upstream()) worker->channel_.stream().out().shutdown(asio::socket_base::shutdown_send, ignored);
         worker->channel_.stream().out().close(ignored);
       },
-      log_exceptions(where + " stdin"));
+      runtime::log_exceptions(where + " stdin"));
 
   json::object params{{"capabilities", json::object{}},
                       {"client_info", json::object{{"name", "robot-jsonrpc-gateway"},
                                                    {"version", options.gateway_version}}}};
   std::optional<WorkerError> failure;
   try {
-    Message reply = co_await worker->request(protocol::kInitialize, json::serialize(params), {}, "robot/initialize",
+    protocol::Message reply = co_await worker->request(protocol::kInitialize, json::serialize(params), {}, "robot/initialize",
                                              library.startup_timeout);
-    if (reply.kind == Message::Kind::error_response) {
+    if (reply.kind == protocol::Message::Kind::error_response) {
       failure.emplace(protocol::kWorkerFailed,
                       fmt::format("{} refused robot/initialize: {}", worker->subject(), reply.text()));
     } else if (const auto result = reply.result_text(); !result.empty()) {
-      const auto members = jsontext::members(result);
-      if (const auto* info = jsontext::find(members, "server_info"); info && info->kind == jsontext::Kind::object) {
-        const auto info_members = jsontext::members(info->value.of(result));
-        const auto* name = jsontext::find(info_members, "name");
-        if (name && name->kind == jsontext::Kind::string)
-          worker->server_name_ = jsontext::decode_string(name->value.of(info->value.of(result)));
+      const auto members = protocol::members(result);
+      if (const auto* info = protocol::find(members, "server_info"); info && info->kind == protocol::Kind::object) {
+        const auto info_members = protocol::members(info->value.of(result));
+        const auto* name = protocol::find(info_members, "name");
+        if (name && name->kind == protocol::Kind::string)
+          worker->server_name_ = protocol::decode_string(name->value.of(info->value.of(result)));
       }
     }
   } catch (const WorkerError& e) {
@@ -256,7 +256,7 @@ asio::awaitable<void> Worker::begin(std::shared_ptr<Worker> worker) {
     json::object data = worker->error_data();
     throw WorkerError(failure->code, std::move(message), std::move(data));
   }
-  worker->channel_.send(make_notification_raw(protocol::kInitialized, "{}"));
+  worker->channel_.send(protocol::make_notification_raw(protocol::kInitialized, "{}"));
   worker->set_state(State::idle, "handshake done");
 }
 
@@ -265,7 +265,7 @@ asio::awaitable<void> Worker::acquire() {
     busy_ = true;
     co_return;
   }
-  auto turn = std::make_shared<AsyncEvent>(executor_);
+  auto turn = std::make_shared<runtime::AsyncEvent>(executor_);
   waiting_.push_back(turn);
   co_await turn->wait();  // release() hands the turn over with busy_ still set
 }
@@ -280,7 +280,7 @@ void Worker::release() {
   next->set();
 }
 
-asio::awaitable<Message> Worker::call(std::string_view method, std::string params,
+asio::awaitable<protocol::Message> Worker::call(std::string_view method, std::string params,
                                       std::weak_ptr<CallObserver> observer, std::string what,
                                       std::optional<config::Duration> timeout) {
   if (stopping_ || !alive()) throw WorkerError(protocol::kWorkerFailed, unavailable(what), error_data());
@@ -294,7 +294,7 @@ std::string Worker::unavailable(const std::string& what) const {
   return fmt::format("Cannot run {}: {} is being stopped ({}).", what, subject_lower(), stop_reason_);
 }
 
-asio::awaitable<Message> Worker::request(std::string_view method, std::string params,
+asio::awaitable<protocol::Message> Worker::request(std::string_view method, std::string params,
                                          std::weak_ptr<CallObserver> observer, std::string what,
                                          std::optional<config::Duration> timeout) {
   auto self = shared_from_this();
@@ -312,10 +312,10 @@ asio::awaitable<Message> Worker::request(std::string_view method, std::string pa
   current_call_ = what;
   if (state_ == State::idle) set_state(State::busy, what);
   if (timeout) {
-    flight->deadline = AsyncEvent::clock::now() + *timeout;
+    flight->deadline = runtime::AsyncEvent::clock::now() + *timeout;
     watch_deadline(*flight->deadline);
   }
-  channel_.send(make_request_raw(std::to_string(flight->id), method, params));
+  channel_.send(protocol::make_request_raw(std::to_string(flight->id), method, params));
 
   co_await flight->done.wait();
   const bool answered = !flight->timed_out;
@@ -346,13 +346,13 @@ asio::awaitable<void> Worker::read_stdout() {
   };
   std::string broken;
   for (;;) {
-    Incoming in = co_await channel_.read();
-    if (in.kind == Incoming::Kind::message) {
+    runtime::Incoming in = co_await channel_.read();
+    if (in.kind == runtime::Incoming::Kind::message) {
       co_await handle(std::move(*in.message));
-    } else if (in.kind == Incoming::Kind::invalid) {
+    } else if (in.kind == runtime::Incoming::Kind::invalid) {
       log::warn("{}: skipped an invalid message ({}): '{}'", tag_, in.problem->message,
                 log::printable(in.body));
-    } else if (in.kind == Incoming::Kind::framing_error) {
+    } else if (in.kind == runtime::Incoming::Kind::framing_error) {
       broken = std::move(in.error);
       break;
     } else {
@@ -418,7 +418,7 @@ void Worker::fail_everything() {
   if (in_flight_ && !in_flight_->reply) in_flight_->done.notify();
 }
 
-void Worker::watch_deadline(AsyncEvent::clock::time_point deadline) {
+void Worker::watch_deadline(runtime::AsyncEvent::clock::time_point deadline) {
   if (deadline_armed_ && *deadline_armed_ <= deadline) return;  // it fires first and re-checks then
   // (Re)armed for an earlier deadline; a wait already running ends with operation_aborted and finds
   // deadline_armed_ set by its successor.
@@ -435,7 +435,7 @@ void Worker::on_deadline_timer() {
   deadline_armed_.reset();
   auto flight = in_flight_;
   if (!flight || !flight->deadline || flight->reply || flight->done.notified()) return;
-  if (AsyncEvent::clock::now() < *flight->deadline) {
+  if (runtime::AsyncEvent::clock::now() < *flight->deadline) {
     watch_deadline(*flight->deadline);  // an earlier call's deadline; this call still has time
     return;
   }
@@ -443,9 +443,9 @@ void Worker::on_deadline_timer() {
   flight->done.notify();
 }
 
-asio::awaitable<void> Worker::handle(Message message) {
+asio::awaitable<void> Worker::handle(protocol::Message message) {
   switch (message.kind) {
-    case Message::Kind::notification: {
+    case protocol::Message::Kind::notification: {
       auto method = message.method();
       if (method != protocol::kLog && method != protocol::kTrace) {
         log::debug("{}: ignored notification {}", tag_, method);
@@ -462,18 +462,18 @@ asio::awaitable<void> Worker::handle(Message message) {
       co_await observer->wait_for_room();
       co_return;
     }
-    case Message::Kind::request:
+    case protocol::Message::Kind::request:
       // Workers have nothing to ask the gateway; answer so the worker does not wait forever.
-      channel_.send(make_error_raw(message.id_text(), protocol::kMethodNotFound,
+      channel_.send(protocol::make_error_raw(message.id_text(), protocol::kMethodNotFound,
                                                 fmt::format("The gateway does not handle '{}'", message.method())));
       co_return;
-    case Message::Kind::response:
-    case Message::Kind::error_response: {
+    case protocol::Message::Kind::response:
+    case protocol::Message::Kind::error_response: {
       const auto id = message.id_text();
       // An error with a null id is a worker that could not read our request at all: it belongs to the
       // call in flight (one at a time), which must not wait forever for another answer.
       const bool ours = (in_flight_ && id == std::to_string(in_flight_->id)) ||
-                        (id == "null" && message.kind == Message::Kind::error_response);
+                        (id == "null" && message.kind == protocol::Message::Kind::error_response);
       if (in_flight_ && ours && !in_flight_->reply && !in_flight_->done.notified()) {
         in_flight_->reply = std::move(message);
         // Last: the caller resumes inside notify() and carries the answer on to its client.
@@ -562,7 +562,7 @@ void Worker::on_exit(ExitStatus status) {
           self->channel_.stream().in().close(ignored);
           self->stderr_.close(ignored);
         },
-        log_exceptions("worker exit watch"));
+        runtime::log_exceptions("worker exit watch"));
   }
 }
 
@@ -596,7 +596,7 @@ asio::awaitable<void> Worker::stop(std::string reason, bool polite) {
     } catch (const WorkerError& e) {
       log::info("{}: no answer to robot/shutdown: {}", tag_, e.what());
     }
-    if (alive()) channel_.send(make_notification_raw(protocol::kExit, "{}"));
+    if (alive()) channel_.send(protocol::make_notification_raw(protocol::kExit, "{}"));
   }
   channel_.close_writer();
   // A busy worker cannot hear robot/shutdown before its keyword ends: ask the process instead.
@@ -648,4 +648,4 @@ void Worker::set_state(State s, std::string_view why) {
   state_ = s;
 }
 
-}  // namespace rjg::workers
+}  // namespace rjg::gateway::supervisor

@@ -22,7 +22,10 @@
 #include <stdexcept>
 #include <string>
 
-namespace rjg::workers {
+namespace rjg::gateway::supervisor {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
 
 // Receives the notifications a worker sends while one of this observer's calls is in flight
 // (robot/log carries no id: a worker runs one call at a time, so the call in flight owns it).
@@ -45,7 +48,7 @@ class WorkerError : public std::runtime_error {
 };
 
 struct WorkerOptions {
-  FramingLimits framing;
+  protocol::FramingLimits framing;
   std::string gateway_version;
   // Where a worker's large answers (kOffloadFrameBytes and more) are classified, off the event loop.
   std::optional<asio::any_io_executor> offload;
@@ -69,7 +72,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // at a time (others queue in order). `what` names the call in error messages ("keyword 'Sleep'").
   // Returns the worker's response or error response; throws WorkerError if the worker dies, is
   // stopped, or exceeds the timeout.
-  asio::awaitable<Message> call(std::string_view method, std::string params, std::weak_ptr<CallObserver> observer,
+  asio::awaitable<protocol::Message> call(std::string_view method, std::string params, std::weak_ptr<CallObserver> observer,
                                 std::string what, std::optional<config::Duration> timeout = std::nullopt);
 
   // Ends the worker: robot/shutdown and robot/exit when it is idle and `polite`, then closing stdin;
@@ -131,12 +134,12 @@ class Worker : public std::enable_shared_from_this<Worker> {
     InFlight(std::int64_t id, std::weak_ptr<CallObserver> observer) : id(id), observer(std::move(observer)) {}
     std::int64_t id;
     std::weak_ptr<CallObserver> observer;
-    std::optional<AsyncEvent::clock::time_point> deadline;  // the call's timeout, if it has one
-    std::optional<Message> reply;
+    std::optional<runtime::AsyncEvent::clock::time_point> deadline;  // the call's timeout, if it has one
+    std::optional<protocol::Message> reply;
     bool timed_out = false;
     // Notified once: the answer arrived, the deadline passed, or the worker is gone. The caller then
     // resumes inside the notifier (see handoff.hpp), so the answer costs no extra pass of the loop.
-    Handoff done;
+    runtime::Handoff done;
   };
 
   static asio::awaitable<std::shared_ptr<Worker>> connect(asio::any_io_executor executor,
@@ -146,12 +149,12 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // The worker (or upstream) of library 'X' (pid N): the subject of most messages.
   std::string subject() const;
   std::string subject_lower() const;
-  asio::awaitable<Message> request(std::string_view method, std::string params, std::weak_ptr<CallObserver> observer,
+  asio::awaitable<protocol::Message> request(std::string_view method, std::string params, std::weak_ptr<CallObserver> observer,
                                    std::string what, std::optional<config::Duration> timeout);
   std::string unavailable(const std::string& what) const;
   asio::awaitable<void> read_stdout();
   asio::awaitable<void> read_stderr();
-  asio::awaitable<void> handle(Message message);
+  asio::awaitable<void> handle(protocol::Message message);
   asio::awaitable<void> acquire();
   void release();
   void on_exit(ExitStatus status);
@@ -160,7 +163,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // Calls with a timeout share one timer that is never cancelled: when it fires it times out the call
   // in flight if that call's deadline has passed, and otherwise waits again for that call's deadline.
   // An answer in time so costs nothing (a cancelled timer is a posted handler, one more loop pass).
-  void watch_deadline(AsyncEvent::clock::time_point deadline);
+  void watch_deadline(runtime::AsyncEvent::clock::time_point deadline);
   void on_deadline_timer();
   json::object error_data() const;
   void signal_group(int sig);
@@ -174,7 +177,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   std::string tag_;  // "worker Calc[1234]", "upstream Calc[tcp://bench:8270]": starts its log lines
   std::string server_name_;
   // The protocol channel: the worker's stdout (read) and stdin (written) as one message stream.
-  MessageStream<DuplexStream<FdStream, FdStream>> channel_;
+  runtime::MessageStream<runtime::DuplexStream<runtime::FdStream, runtime::FdStream>> channel_;
   asio::readable_pipe stderr_;
 
   std::atomic<State> state_ = State::starting;
@@ -185,21 +188,21 @@ class Worker : public std::enable_shared_from_this<Worker> {
   std::int64_t next_id_ = 1;
   std::shared_ptr<InFlight> in_flight_;
   asio::steady_timer deadline_timer_;
-  std::optional<AsyncEvent::clock::time_point> deadline_armed_;  // when the timer fires, while it runs
+  std::optional<runtime::AsyncEvent::clock::time_point> deadline_armed_;  // when the timer fires, while it runs
   std::string current_call_;  // "keyword 'Sleep'", for messages about a death mid-call
   bool busy_ = false;
-  std::deque<std::shared_ptr<AsyncEvent>> waiting_;
+  std::deque<std::shared_ptr<runtime::AsyncEvent>> waiting_;
   bool stopping_ = false;
   std::string stop_reason_;
   bool died_busy_ = false;
   bool stdout_closed_ = false;
   std::optional<ExitStatus> exit_status_;
   std::string death_;
-  AsyncEvent exited_;
-  AsyncEvent stdout_done_;
-  AsyncEvent stderr_done_;
+  runtime::AsyncEvent exited_;
+  runtime::AsyncEvent stdout_done_;
+  runtime::AsyncEvent stderr_done_;
   std::deque<std::string> stderr_tail_;
   std::string stderr_partial_;
 };
 
-}  // namespace rjg::workers
+}  // namespace rjg::gateway::supervisor

@@ -41,7 +41,7 @@
 
 namespace {
 
-using namespace rjg;
+using namespace rjg::client;
 using namespace rjg::test;
 using namespace rjg::bench;
 using Clock = std::chrono::steady_clock;
@@ -485,7 +485,7 @@ SyscallFigures count_syscalls(const Options& o, GatewayProcess& gateway, std::si
   load.run(payload, static_cast<std::uint64_t>(o.warmup_calls), 0, false);
   SyscallFigures f;
   // Only the calls of this phase are traced: attached before the first, detached after the last answer.
-  const auto counts = test::count_syscalls(gateway.pid(), [&] {
+  const auto counts = rjg::test::count_syscalls(gateway.pid(), [&] {
     auto stats = load.run(payload, static_cast<std::uint64_t>(o.strace_calls), 0, false);
     f.keywords = stats.calls + stats.failures;
   });
@@ -500,7 +500,7 @@ void syscalls_phase(const Options& o, Servers& servers, DataFile& data) {
       fmt::format("system calls of the gateway per relayed keyword: strace -c -f attached to the gateway for "
                   "{} Echo calls (sequential per session); target <= 7",
                   o.strace_calls));
-  if (!test::find_program("strace")) {
+  if (!rjg::test::find_program("strace")) {
     std::cout << "syscalls: strace not found (install strace to count them); rows skipped\n";
     return;
   }
@@ -510,7 +510,7 @@ void syscalls_phase(const Options& o, Servers& servers, DataFile& data) {
   try {
     one = count_syscalls(o, gateway, 1);
     many = count_syscalls(o, gateway, o.strace_sessions);
-  } catch (const test::StraceUnusable& e) {
+  } catch (const rjg::test::StraceUnusable& e) {
     // Not the gateway's fault, nor the benchmark's: this machine does not let strace trace.
     std::cout << "syscalls: strace not usable here (" << e.what() << "); rows skipped\n";
     return;

@@ -21,7 +21,7 @@
 
 namespace {
 
-using namespace rjg;
+using namespace rjg::client;
 using namespace rjg::test;
 using Clock = std::chrono::steady_clock;
 

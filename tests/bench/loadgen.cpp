@@ -36,6 +36,7 @@ namespace rjg::bench {
 namespace {
 
 namespace asio = boost::asio;
+namespace json = boost::json;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using asio::use_awaitable;
@@ -43,7 +44,7 @@ using asio::use_awaitable;
 struct Session {
   explicit Session(asio::io_context& io) : socket(io) {}
   tcp::socket socket;
-  FrameReader reader{FramingLimits{}, FrameReader::Mode::strict};
+  protocol::FrameReader reader{protocol::FramingLimits{}, protocol::FrameReader::Mode::strict};
   std::string token;
   std::uint64_t next_id = 1;
   std::vector<char> buffer = std::vector<char>(64 * 1024);
@@ -63,29 +64,29 @@ struct RunState {
 };
 
 // Reads until the answer to id_text arrives; notifications (robot/log) and stray answers are skipped.
-asio::awaitable<Message> answer(Session& s, std::string_view id_text) {
+asio::awaitable<protocol::Message> answer(Session& s, std::string_view id_text) {
   for (;;) {
     auto r = s.reader.next();
-    if (r.kind == FrameReader::Result::Kind::frame) {
-      auto classified = parse_message(r.body);
-      const auto* m = std::get_if<Message>(&classified);
+    if (r.kind == protocol::FrameReader::Result::Kind::frame) {
+      auto classified = protocol::parse_message(r.body);
+      const auto* m = std::get_if<protocol::Message>(&classified);
       if (!m)
-        throw std::runtime_error(fmt::format("unreadable answer: {}", std::get<ProtocolError>(classified).message));
-      if (m->kind == Message::Kind::response || m->kind == Message::Kind::error_response) {
+        throw std::runtime_error(fmt::format("unreadable answer: {}", std::get<protocol::ProtocolError>(classified).message));
+      if (m->kind == protocol::Message::Kind::response || m->kind == protocol::Message::Kind::error_response) {
         if (m->id_text() == id_text) co_return *m;
         if (m->id_text() == "null") throw std::runtime_error(fmt::format("error answer without id: {}", m->text()));
       }
       continue;
     }
-    if (r.kind == FrameReader::Result::Kind::error) throw std::runtime_error("framing error: " + r.error);
+    if (r.kind == protocol::FrameReader::Result::Kind::error) throw std::runtime_error("framing error: " + r.error);
     const std::size_t n = co_await s.socket.async_read_some(asio::buffer(s.buffer), use_awaitable);
     s.reader.feed(std::string_view(s.buffer.data(), n));
   }
 }
 
-asio::awaitable<Message> call(Session& s, std::string_view method, std::string_view params_text) {
+asio::awaitable<protocol::Message> call(Session& s, std::string_view method, std::string_view params_text) {
   const std::string id = std::to_string(s.next_id++);
-  const std::string frame = encode_frame(make_request_raw(id, method, params_text));
+  const std::string frame = protocol::encode_frame(protocol::make_request_raw(id, method, params_text));
   co_await asio::async_write(s.socket, asio::buffer(frame), use_awaitable);
   co_return co_await answer(s, id);
 }
@@ -93,17 +94,17 @@ asio::awaitable<Message> call(Session& s, std::string_view method, std::string_v
 asio::awaitable<void> open_session(Session& s, tcp::endpoint endpoint, std::string library) {
   co_await s.socket.async_connect(endpoint, use_awaitable);
   s.socket.set_option(tcp::no_delay(true));  // as every peer of the protocol sets it
-  Message init = co_await call(s, protocol::kInitialize,
+  protocol::Message init = co_await call(s, protocol::kInitialize,
                                R"({"capabilities":{},"client_info":{"name":"rjg-bench","version":"0"}})");
-  if (init.kind != Message::Kind::response) throw std::runtime_error("robot/initialize failed: " + init.text());
-  const std::string initialized = encode_frame(make_notification_raw(protocol::kInitialized, "{}"));
+  if (init.kind != protocol::Message::Kind::response) throw std::runtime_error("robot/initialize failed: " + init.text());
+  const std::string initialized = protocol::encode_frame(protocol::make_notification_raw(protocol::kInitialized, "{}"));
   co_await asio::async_write(s.socket, asio::buffer(initialized), use_awaitable);
   if (library.empty()) co_return;
-  Message imported = co_await call(s, protocol::kImportLibrary,
-                                   fmt::format(R"({{"name":{},"args":[],"kw_args":{{}}}})", jsontext::quote(library)));
-  if (imported.kind != Message::Kind::response)
+  protocol::Message imported = co_await call(s, protocol::kImportLibrary,
+                                   fmt::format(R"({{"name":{},"args":[],"kw_args":{{}}}})", protocol::quote(library)));
+  if (imported.kind != protocol::Message::Kind::response)
     throw std::runtime_error(fmt::format("import of '{}' failed: {}", library, imported.text()));
-  const json::value result = parse_value(imported.result_text());
+  const json::value result = protocol::parse_value(imported.result_text());
   const auto* token = result.is_object() ? result.get_object().if_contains("token") : nullptr;
   if (!token || !token->is_string())
     throw std::runtime_error(fmt::format("import of '{}' answered without a token: {}", library, imported.text()));
@@ -111,19 +112,19 @@ asio::awaitable<void> open_session(Session& s, tcp::endpoint endpoint, std::stri
 }
 
 asio::awaitable<void> echo_loop(Session& s, RunState& state) {
-  const std::string token_text = jsontext::quote(s.token);
+  const std::string token_text = protocol::quote(s.token);
   while (!state.stop.load(std::memory_order_relaxed)) {
     const std::string id = std::to_string(s.next_id++);
-    const std::string frame = encode_frame(
+    const std::string frame = protocol::encode_frame(
         fmt::format(R"({{"jsonrpc":"2.0","id":{},"method":"robot/run_keyword","params":{{"library_token":{},)"
                     R"("name":"Echo","args":[{}],"kwargs":{{}}}}}})",
                     id, token_text, state.payload_text));
     const auto t0 = Clock::now();
     co_await asio::async_write(s.socket, asio::buffer(frame), use_awaitable);
-    Message m = co_await answer(s, id);
+    protocol::Message m = co_await answer(s, id);
     const auto t1 = Clock::now();
     // Echo answers {"result": PAYLOAD}; anything else (an error answer, a keyword failure) failed.
-    const bool ok = m.kind == Message::Kind::response &&
+    const bool ok = m.kind == protocol::Message::Kind::response &&
                     m.result_text().find(state.payload_text) != std::string::npos &&
                     m.result_text().find("\"error\"") == std::string::npos;
     (ok ? state.calls : state.failures).fetch_add(1, std::memory_order_relaxed);
@@ -135,10 +136,10 @@ asio::awaitable<void> echo_loop(Session& s, RunState& state) {
 }
 
 asio::awaitable<void> keyword_call(Session& s, std::string name, std::shared_ptr<std::string> result) {
-  Message m = co_await call(s, protocol::kRunKeyword,
+  protocol::Message m = co_await call(s, protocol::kRunKeyword,
                             fmt::format(R"({{"library_token":{},"name":{},"args":[],"kwargs":{{}}}})",
-                                        jsontext::quote(s.token), jsontext::quote(name)));
-  if (m.kind != Message::Kind::response || m.result_text().find("\"error\"") != std::string::npos)
+                                        protocol::quote(s.token), protocol::quote(name)));
+  if (m.kind != protocol::Message::Kind::response || m.result_text().find("\"error\"") != std::string::npos)
     throw std::runtime_error(fmt::format("keyword '{}' failed: {}", name, m.text()));
   *result = std::string(m.result_text());
 }
@@ -263,7 +264,7 @@ CallStats LoadGenerator::run(const std::string& payload, std::uint64_t max_calls
   if (impl_->sessions.empty()) throw std::runtime_error("no session is open");
   RunState state;
   state.max_calls = max_calls;
-  state.payload_text = jsontext::quote(payload);
+  state.payload_text = protocol::quote(payload);
   state.record = record_latency;
   const auto start = Clock::now();
   if (max_seconds > 0)
@@ -438,10 +439,10 @@ std::vector<double> pipe_ping_pong_us(std::size_t bytes, std::size_t round_trips
 }
 
 std::string echo_frame(std::string_view token, std::uint64_t id, std::string_view payload) {
-  return encode_frame(
+  return protocol::encode_frame(
       fmt::format(R"({{"jsonrpc":"2.0","id":{},"method":"robot/run_keyword","params":{{"library_token":{},)"
                   R"("name":"Echo","args":[{}],"kwargs":{{}}}}}})",
-                  id, jsontext::quote(token), jsontext::quote(payload)));
+                  id, protocol::quote(token), protocol::quote(payload)));
 }
 
 }  // namespace rjg::bench

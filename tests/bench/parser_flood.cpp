@@ -18,6 +18,7 @@ namespace rjg::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+namespace json = boost::json;
 using namespace rjg::test;
 
 // The best of `runs` timings of f, in seconds.
@@ -34,13 +35,13 @@ double best_time(int runs, F&& f) {
 
 // The relay path's parsing of one run_keyword frame: classify, bind, pickle check.
 void scan_frame(const std::string& body) {
-  auto classified = parse_message(body, JsonLimits{64, std::size_t{1} << 24});
-  const auto* m = std::get_if<Message>(&classified);
+  auto classified = protocol::parse_message(body, protocol::JsonLimits{64, std::size_t{1} << 24});
+  const auto* m = std::get_if<protocol::Message>(&classified);
   if (!m) throw std::runtime_error("the flood frame was not classified");
-  auto bound = params::bind_run_keyword(*m);
-  const auto* p = std::get_if<params::RunKeyword>(&bound);
+  auto bound = protocol::bind_run_keyword(*m);
+  const auto* p = std::get_if<protocol::RunKeyword>(&bound);
   if (!p) throw std::runtime_error("the flood frame's params did not bind");
-  if (inspect_pickles_text(p->of(p->kwargs), PickleMode::data_only, "kwargs"))
+  if (pickle::inspect_pickles_text(p->of(p->kwargs), pickle::PickleMode::data_only, "kwargs"))
     throw std::runtime_error("the flood frame's pickle check refused it");
 }
 

@@ -30,8 +30,8 @@
 
 namespace {
 
-using rjg::FrameReader;
-using rjg::FramingLimits;
+using rjg::protocol::FrameReader;
+using rjg::protocol::FramingLimits;
 using Kind = FrameReader::Result::Kind;
 
 // Small limits reach the too-large and header-too-long paths with short inputs.
@@ -86,7 +86,7 @@ void check_round_trip(const std::string& body, FrameReader::Mode mode) {
   // Lenient mode drops such a header and searches on inside the body, where it may find a frame.
   if (mode == FrameReader::Mode::lenient && !starts_like_a_message(body)) return;
   FrameReader reader({}, mode);
-  reader.feed(rjg::encode_frame(body));
+  reader.feed(rjg::protocol::encode_frame(body));
   auto r = reader.next();
   RJG_FUZZ_CHECK(r.kind == Kind::frame, "encode_frame(body) is not read back as a frame: " + r.error);
   RJG_FUZZ_CHECK(r.skipped.empty(), "encode_frame(body) read back with skipped bytes");

@@ -2,7 +2,7 @@
 // check_client_method, which routes it.
 //
 // Input: one frame body (any bytes). Invariants: no crash or sanitizer report, and classification
-// never throws, and its work (counted by jsontext::operations()) stays linear in the body. A failure is
+// never throws, and its work (counted by protocol::operations()) stays linear in the body. A failure is
 // -32700 or -32600 with a message; its id text is "null" or a valid id (a JSON string or finite number),
 // the one top_level_id() finds in the body. A Message keeps the body byte for byte; its id text
 // is valid JSON (a string or a number for requests and responses, "null" for notifications), and the
@@ -31,25 +31,25 @@
 namespace {
 
 namespace json = boost::json;
-namespace jsontext = rjg::jsontext;
-using rjg::Message;
-using rjg::ProtocolError;
+namespace protocol = rjg::protocol;
+using rjg::protocol::Message;
+using rjg::protocol::ProtocolError;
 
 // Ids the gateway could put in place of a client's: a string with escapes, and an integer beyond 64 bits.
 constexpr std::string_view kNewIds[] = {R"("gw-\u00e9\"7\"")", "18446744073709551617"};
 
 // The kind of a valid JSON text, or nothing when it is not one.
-std::optional<jsontext::Kind> kind_of(std::string_view text) {
-  auto [scanned, error] = jsontext::scan(text);
+std::optional<protocol::Kind> kind_of(std::string_view text) {
+  auto [scanned, error] = protocol::scan(text);
   if (!scanned) return std::nullopt;
   return scanned->kind;
 }
 
-bool is_id_kind(std::optional<jsontext::Kind> kind) {
-  return kind == jsontext::Kind::string || kind == jsontext::Kind::number;
+bool is_id_kind(std::optional<protocol::Kind> kind) {
+  return kind == protocol::Kind::string || kind == protocol::Kind::number;
 }
 
-bool is_valid_id(std::string_view text) { return is_id_kind(kind_of(text)) && !jsontext::is_non_finite(text); }
+bool is_valid_id(std::string_view text) { return is_id_kind(kind_of(text)) && !protocol::is_non_finite(text); }
 
 bool has_nonfinite(const json::value& v) {
   if (v.is_double()) return !std::isfinite(v.get_double());
@@ -60,9 +60,9 @@ bool has_nonfinite(const json::value& v) {
   return false;
 }
 
-rjg::Classified classify(std::string_view body, std::string_view what) {
+rjg::protocol::Classified classify(std::string_view body, std::string_view what) {
   try {
-    return rjg::parse_message(body);
+    return rjg::protocol::parse_message(body);
   } catch (const std::exception& e) {
     rjg::fuzz::invariant_failed("parse_message does not throw", std::string(what) + ": " + e.what(), __FILE__,
                                 __LINE__);
@@ -72,7 +72,7 @@ rjg::Classified classify(std::string_view body, std::string_view what) {
 }
 
 // Takes the Classified by value: a reference into a temporary would dangle past the statement.
-Message expect_message(rjg::Classified c, std::string_view what) {
+Message expect_message(rjg::protocol::Classified c, std::string_view what) {
   if (auto* error = std::get_if<ProtocolError>(&c))
     rjg::fuzz::invariant_failed("std::holds_alternative<Message>(c)",
                                 std::string(what) + " was not classified as a message: " + error->message, __FILE__,
@@ -137,13 +137,13 @@ void check_with_id(const Message& m) {
 
 void check_builders(const Message& m) {
   const std::string_view id = m.id_text();
-  const Message result = expect_message(classify(rjg::make_result_raw(id, m.params_text().empty() ? "{}" : m.params_text()),
+  const Message result = expect_message(classify(rjg::protocol::make_result_raw(id, m.params_text().empty() ? "{}" : m.params_text()),
                                                  "make_result_raw"),
                                         "make_result_raw");
   RJG_FUZZ_CHECK(result.kind == Message::Kind::response && result.id_text() == id, "make_result_raw lost the id");
 
   const Message error = expect_message(
-      classify(rjg::make_error_raw(id, rjg::protocol::kInvalidParams, m.method(), m.params_text()), "make_error_raw"),
+      classify(rjg::protocol::make_error_raw(id, rjg::protocol::kInvalidParams, m.method(), m.params_text()), "make_error_raw"),
       "make_error_raw");
   RJG_FUZZ_CHECK(error.kind == Message::Kind::error_response && error.id_text() == id, "make_error_raw lost the id");
   RJG_FUZZ_CHECK(error.error_code() == rjg::protocol::kInvalidParams && error.error_message() == m.method() &&
@@ -151,7 +151,7 @@ void check_builders(const Message& m) {
                  "make_error_raw lost the code, the message or the data");
 
   const Message forwarded = expect_message(
-      classify(rjg::make_request_raw(id, m.method(), m.params_text()), "make_request_raw"), "make_request_raw");
+      classify(rjg::protocol::make_request_raw(id, m.method(), m.params_text()), "make_request_raw"), "make_request_raw");
   RJG_FUZZ_CHECK(forwarded.kind == Message::Kind::request && forwarded.id_text() == id &&
                      forwarded.method() == m.method(),
                  "make_request_raw lost the id or the method");
@@ -163,9 +163,9 @@ void check_builders(const Message& m) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view body(reinterpret_cast<const char*>(data), size);
-  const auto work_before = jsontext::operations();
+  const auto work_before = protocol::operations();
   auto classified = classify(body, "the input");
-  const auto work = jsontext::operations() - work_before;
+  const auto work = protocol::operations() - work_before;
   RJG_FUZZ_CHECK(work <= 16 * size + 1024, "classification took " + std::to_string(work) + " operations for " +
                                               std::to_string(size) + " bytes");
 
@@ -176,7 +176,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     RJG_FUZZ_CHECK(error->id_text == "null" || is_valid_id(error->id_text),
                    "error id is neither null nor valid: " + error->id_text);
     if (error->code == rjg::protocol::kParseError)
-      RJG_FUZZ_CHECK(error->id_text == rjg::top_level_id(body),
+      RJG_FUZZ_CHECK(error->id_text == rjg::protocol::top_level_id(body),
                      "a parse error with another id than the top-level one: " + error->id_text);
     return 0;
   }
@@ -199,7 +199,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       else
         RJG_FUZZ_CHECK(message.id_text() == "null", "a notification with an id");
       // The dispatch check both servers use: unknown method or wrong kind, answered only for requests.
-      if (auto unroutable = rjg::check_client_method(message)) {
+      if (auto unroutable = rjg::protocol::check_client_method(message)) {
         RJG_FUZZ_CHECK(unroutable->code == rjg::protocol::kMethodNotFound ||
                            unroutable->code == rjg::protocol::kInvalidRequest,
                        "check_client_method gave code " + std::to_string(unroutable->code));

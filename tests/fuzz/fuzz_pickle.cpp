@@ -28,7 +28,7 @@ namespace {
 namespace json = boost::json;
 
 // Small enough that short inputs reach every limit.
-const rjg::PickleLimits kTight{
+const rjg::pickle::PickleLimits kTight{
     .max_bytes = 1 << 16,
     .max_opcodes = 4096,
     .max_stack = 64,
@@ -56,16 +56,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string_view bytes(reinterpret_cast<const char*>(data), size);
 
   std::size_t offset = 0;
-  const auto why = rjg::check_pickle_data_only(bytes, &offset);
+  const auto why = rjg::pickle::check_pickle_data_only(bytes, &offset);
   if (why) {
     RJG_FUZZ_CHECK(!why->empty(), "a refusal without a reason");
     RJG_FUZZ_CHECK(offset <= bytes.size(), "refusal offset " + std::to_string(offset) + " is past the end: " + *why);
   }
-  const auto again = rjg::check_pickle_data_only(bytes);
+  const auto again = rjg::pickle::check_pickle_data_only(bytes);
   RJG_FUZZ_CHECK(again == why, "the verdict is not deterministic");
 
   std::size_t tight_offset = 0;
-  const auto tight = rjg::check_pickle_data_only(bytes, &tight_offset, kTight);
+  const auto tight = rjg::pickle::check_pickle_data_only(bytes, &tight_offset, kTight);
   if (why) RJG_FUZZ_CHECK(tight.has_value(), "tighter limits admitted what the defaults refuse: " + *why);
   if (tight) RJG_FUZZ_CHECK(tight_offset <= bytes.size(), "refusal offset past the end: " + *tight);
 
@@ -81,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } else {
     try {
       const std::string again = rjg::pickle::encode_pickle(std::get<rjg::pickle::PyValue>(decoded));
-      const auto reencoded = rjg::check_pickle_data_only(again);
+      const auto reencoded = rjg::pickle::check_pickle_data_only(again);
       RJG_FUZZ_CHECK(!reencoded, "the checker refuses what the encoder wrote: " + reencoded.value_or(""));
     } catch (const std::invalid_argument& e) {
       RJG_FUZZ_CHECK(false, std::string("the encoder cannot write a decoded value: ") + e.what());
@@ -90,27 +90,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   // The same pickle as the only argument of a keyword call.
   const json::value message = {{"args", json::array{json::object{{"__pickled__", to_hex(bytes)}}}}, {"kwargs", json::object{}}};
-  const auto inspected = rjg::inspect_pickles(message, rjg::PickleMode::data_only, "");
+  const auto inspected = rjg::pickle::inspect_pickles(message, rjg::pickle::PickleMode::data_only, "");
   RJG_FUZZ_CHECK(inspected.has_value() == why.has_value(), "the JSON inspector and the scanner disagree");
   if (inspected) {
     RJG_FUZZ_CHECK(inspected->reason == *why, "the JSON inspector gives another reason: " + inspected->reason);
     RJG_FUZZ_CHECK(inspected->offset == offset, "the JSON inspector gives another offset");
     RJG_FUZZ_CHECK(inspected->path == "args[0]", "the JSON inspector names the wrong path: " + inspected->path);
-    RJG_FUZZ_CHECK(!rjg::describe(*inspected, "Lib").empty(), "an empty description");
+    RJG_FUZZ_CHECK(!rjg::pickle::describe(*inspected, "Lib").empty(), "an empty description");
   }
   // The text inspector (the gateway's) agrees with the tree inspector on the same value, and on the
   // input itself taken as a JSON text it never crashes, and refuses what is not JSON.
-  const auto text_inspected = rjg::inspect_pickles_text(json::serialize(message), rjg::PickleMode::data_only, "");
+  const auto text_inspected = rjg::pickle::inspect_pickles_text(json::serialize(message), rjg::pickle::PickleMode::data_only, "");
   RJG_FUZZ_CHECK(text_inspected.has_value() == inspected.has_value(), "the text and tree inspectors disagree");
   if (text_inspected && inspected)
     RJG_FUZZ_CHECK(text_inspected->reason == inspected->reason && text_inspected->path == inspected->path &&
                        text_inspected->offset == inspected->offset,
                    "the text inspector gives another verdict: " + text_inspected->path + ": " + text_inspected->reason);
-  const bool is_json = rjg::jsontext::scan(bytes).first.has_value();
-  const auto as_text = rjg::inspect_pickles_text(bytes, rjg::PickleMode::data_only, "v");
+  const bool is_json = rjg::protocol::scan(bytes).first.has_value();
+  const auto as_text = rjg::pickle::inspect_pickles_text(bytes, rjg::pickle::PickleMode::data_only, "v");
   if (!is_json) RJG_FUZZ_CHECK(as_text.has_value(), "the text inspector admitted a text that is not JSON");
-  const auto denied = rjg::inspect_pickles(message, rjg::PickleMode::deny, "params");
+  const auto denied = rjg::pickle::inspect_pickles(message, rjg::pickle::PickleMode::deny, "params");
   RJG_FUZZ_CHECK(denied.has_value() && denied->path == "params.args[0]", "deny did not refuse at params.args[0]");
-  RJG_FUZZ_CHECK(!rjg::inspect_pickles(message, rjg::PickleMode::allow, "").has_value(), "allow refused");
+  RJG_FUZZ_CHECK(!rjg::pickle::inspect_pickles(message, rjg::pickle::PickleMode::allow, "").has_value(), "allow refused");
   return 0;
 }

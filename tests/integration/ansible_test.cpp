@@ -34,7 +34,7 @@ class AnsibleTest : public GatewayTest {
     return spec;
   }
 
-  static std::string failure(const RpcReply& reply) {
+  static std::string failure(const client::RpcReply& reply) {
     const auto* error = reply.keyword_error();
     return error ? json::value_to<std::string>(error->at("message")) : "(no keyword failure: " + describe(reply) + ")";
   }
@@ -94,7 +94,7 @@ TEST_F(AnsibleTest, ModulesRunFailChangeNothingInCheckModeAndBecomeKeywords) {
                                               {pickle::PyValue("printf"), pickle::PyValue("hi {{ 7 * 6 }}\\377")}}))}};
   std::vector<std::string> warnings;
   const auto echoed = client.run_keyword(token, "Run Action", {"command"}, {{"argv", argv}, {"executable", "/bin/sh"}},
-                                         [&](const Message& m) {
+                                         [&](const protocol::Message& m) {
                                            if (m.params().at("level") == "WARN")
                                              warnings.push_back(json::value_to<std::string>(m.params().at("message")));
                                          });
@@ -130,7 +130,7 @@ TEST_F(AnsibleTest, ModulesRunFailChangeNothingInCheckModeAndBecomeKeywords) {
   // session goes on.
   std::vector<std::string> logs;
   const auto missing = client.run_keyword(token, "Run Action", {"command"}, {{"cmd", "rjg-no-such-program --x"}},
-                                          [&](const Message& m) {
+                                          [&](const protocol::Message& m) {
                                             logs.push_back(json::value_to<std::string>(m.params().at("message")));
                                           });
   ASSERT_TRUE(missing.ok()) << describe(missing);
@@ -322,8 +322,8 @@ TEST_F(AnsibleTest, FactsCarryNoEnvironmentUnlessTheWorkerIsToldTo) {
   auto client = connect();
 
   std::vector<std::string> logs;
-  const auto collect = [&](const Message& m) { logs.push_back(json::value_to<std::string>(m.params().at("message"))); };
-  const auto no_secret = [&](const RpcReply& reply) {
+  const auto collect = [&](const protocol::Message& m) { logs.push_back(json::value_to<std::string>(m.params().at("message"))); };
+  const auto no_secret = [&](const client::RpcReply& reply) {
     // The answer as it came over the socket, and every log line the keyword sent.
     const auto text = reply.text + fmt::format("{}", fmt::join(logs, "\n"));
     return !contains(text, library_secret) && !contains(text, gateway_secret);

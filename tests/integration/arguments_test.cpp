@@ -89,14 +89,14 @@ class ArgumentsTest : public GatewayTest {
     start({evaluating, escaping, as_is, native}, options);
   }
 
-  json::object echo(RpcClient& client, const std::string& token, json::array args, json::object kwargs) {
+  json::object echo(client::RpcClient& client, const std::string& token, json::array args, json::object kwargs) {
     auto reply = client.run_keyword(token, "Echo Arguments", std::move(args), std::move(kwargs));
     EXPECT_TRUE(reply.ok() && !reply.keyword_error()) << describe(reply);
     auto v = keyword_value(reply);
     return v.is_object() ? v.as_object() : json::object{};
   }
 
-  json::object import_args(RpcClient& client, const std::string& token) {
+  json::object import_args(client::RpcClient& client, const std::string& token) {
     auto reply = client.run_keyword(token, "Get Resolved Import Args");
     EXPECT_TRUE(reply.ok() && !reply.keyword_error()) << describe(reply);
     auto v = keyword_value(reply);
@@ -121,7 +121,7 @@ class ArgumentsTest : public GatewayTest {
     for (auto& p : markers.payloads("import")) import_positional.push_back(p);
     kw_args = named;
     for (auto& [k, v] : by_name) kw_args[k] = v;
-    RpcClient client = connect();
+    client::RpcClient client = connect();
     const std::string token = open_library(client, library, as_array(import_positional), kw_args);
 
     auto resolved = import_args(client, token);
@@ -161,7 +161,7 @@ TEST_F(ArgumentsTest, AsIsLetsTheWorkerEvaluateAndThePayloadsRun) {
   start_gateway();
   TempDir dir("rjg-markers");
   Markers markers(dir.path());
-  RpcClient client = connect();
+  client::RpcClient client = connect();
   auto import_payloads = markers.payloads("import");
   const std::string token = open_library(client, "EvaluatingAsIs", as_array(import_payloads),
                                          json::object{{"flag", "${TRUE}"}, {"text", "a\\b"}});
@@ -203,7 +203,7 @@ TEST_F(ArgumentsTest, NativeWorkerUnderAutoGetsStringsAsSent) {
   for (std::size_t i = 0; i < all.size(); ++i) named[fmt::format("value{}", i)] = all[i];
   for (std::size_t i = 0; i < all.size(); ++i)
     if (!all[i].empty()) kw_args[all[i]] = all[i];
-  RpcClient client = connect();
+  client::RpcClient client = connect();
   const std::string token = open_library(client, "Native", as_array(all), kw_args);
   auto resolved = import_args(client, token);
   EXPECT_EQ(resolved["args"], as_array(all));
@@ -216,7 +216,7 @@ TEST_F(ArgumentsTest, NativeWorkerUnderAutoGetsStringsAsSent) {
   auto reply = client.run_keyword(token, "Echo Arguments", json::array{"a\\b${x}=AND"});
   EXPECT_TRUE(contains(reply.text, R"("a\\b${x}=AND")")) << reply.text;
   // A list with syntax in kw_args is not checked either: the native worker does not evaluate it.
-  RpcClient other = connect();
+  client::RpcClient other = connect();
   other.initialize();
   auto import = other.import_library("Native", {}, json::object{{"opts", pickled({"${SPACE}"})}});
   EXPECT_TRUE(import.ok()) << describe(import);
@@ -240,7 +240,7 @@ TEST_F(ArgumentsTest, KwArgsThatBecomeTextAreRefusedWhenAStringInThemWouldBeEval
     };
     for (const auto& c : refused) {
       SCOPED_TRACE(json::serialize(c.value));
-      RpcClient client = connect();
+      client::RpcClient client = connect();
       client.initialize();
       auto reply = client.import_library(library, {}, json::object{{"opts", c.value}});
       ASSERT_FALSE(reply.ok()) << describe(reply);
@@ -252,7 +252,7 @@ TEST_F(ArgumentsTest, KwArgsThatBecomeTextAreRefusedWhenAStringInThemWouldBeEval
       EXPECT_TRUE(contains(msg, "arguments = \"as-is\"")) << msg;
     }
     // Clean lists and pickles pass (their text holds nothing the worker evaluates).
-    RpcClient client = connect();
+    client::RpcClient client = connect();
     client.initialize();
     auto ok = client.import_library(library, {}, json::object{{"opts", pickled({"plain", "text=1 AND"})},
                                                                {"list", json::array{"a", 1, true}}});

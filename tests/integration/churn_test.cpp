@@ -52,7 +52,7 @@ Kind kind_of(int i) {
   }
 }
 
-void expect_echo(RpcClient& c, const std::string& token, int i) {
+void expect_echo(client::RpcClient& c, const std::string& token, int i) {
   auto reply = c.run_keyword(token, "Echo", json::array{i});
   if (!reply.ok() || reply.keyword_error() || keyword_value(reply) != json::value(i))
     throw std::runtime_error("Echo failed: " + describe(reply));
@@ -67,7 +67,7 @@ std::string run_session(const GatewayProcess& gateway, int i) {
   static const char* kCrashModes[] = {"exit", "abort", "sigkill", "segv"};
   const Kind kind = kind_of(i);
   try {
-    RpcClient c = gateway.connect(60s);
+    client::RpcClient c = gateway.connect(60s);
     c.initialize();
     switch (kind) {
       case Kind::crash_mid_keyword: {

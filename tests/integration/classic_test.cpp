@@ -602,10 +602,10 @@ TEST_F(ClassicLimitsTest, ImportsCountAsSessionsOfTheClientWhoseCallMadeThem) {
       },
       30s, 200ms))
       << made;
-  RpcClient refused_session = connect();
+  client::RpcClient refused_session = connect();
   const auto closing = refused_session.read_message(20s);
   ASSERT_TRUE(closing) << "no answer from the gateway";
-  EXPECT_EQ(closing->kind, Message::Kind::error_response);
+  EXPECT_EQ(closing->kind, protocol::Message::Kind::error_response);
   EXPECT_TRUE(contains(closing->error_message(), "max_sessions_per_client")) << closing->error_message();
 }
 

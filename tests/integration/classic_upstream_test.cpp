@@ -110,7 +110,7 @@ TEST_F(ClassicUpstreamTest, KeywordsArgumentsResultsLogsAndFailures) {
 
   // The server's output arrives as robot/log notifications, in order, before the answer.
   std::vector<std::pair<std::string, std::string>> logs;
-  const auto logged = client.run_keyword(token, "log_lines", {4}, {}, [&](const Message& m) {
+  const auto logged = client.run_keyword(token, "log_lines", {4}, {}, [&](const protocol::Message& m) {
     const auto p = m.params();
     logs.emplace_back(json::value_to<std::string>(p.at("level")),
                       json::value_to<std::string>(p.at("message")) + (p.as_object().contains("html") && p.at("html") == true ? " (html)" : ""));
@@ -139,7 +139,7 @@ TEST_F(ClassicUpstreamTest, KeywordsArgumentsResultsLogsAndFailures) {
 // A pickled value, as a Python client sends it.
 json::value pickled(const pickle::PyValue& value) { return json::object{{"__pickled__", pickle::encode_pickle_hex(value)}}; }
 
-std::string error_message_of(const RpcReply& reply) {
+std::string error_message_of(const client::RpcReply& reply) {
   return reply.keyword_error() ? json::value_to<std::string>(reply.keyword_error()->at("message"))
                                : "no keyword error: " + describe(reply);
 }
@@ -285,7 +285,7 @@ TEST_F(ClassicUpstreamTest, AnAnswerBeyondTheLimitsFailsItsKeywordNamingTheServe
   start_with_server({}, "max_answer_bytes = \"64KiB\"\n");
   auto [client, token] = session("Classic");
   const std::string server = "The classic remote server at http://127.0.0.1:" + read_file(port_file_);
-  auto message = [](const RpcReply& reply) {
+  auto message = [](const client::RpcReply& reply) {
     return reply.keyword_error() ? json::value_to<std::string>(reply.keyword_error()->at("message"))
                                  : "no keyword error: " + describe(reply);
   };

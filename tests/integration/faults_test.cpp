@@ -33,7 +33,7 @@ void CrashTest::crash_mid_keyword(const std::string& mode) {
   pid_t pid = remember_pid(worker_pid(c, token));
 
   std::vector<std::string> logs;
-  auto reply = c.run_keyword(token, "Crash", json::array{json::string(mode)}, {}, [&](const Message& m) {
+  auto reply = c.run_keyword(token, "Crash", json::array{json::string(mode)}, {}, [&](const protocol::Message& m) {
     if (m.method() == protocol::kLog && m.params().is_object())
       logs.emplace_back(m.params().get_object().at("message").as_string());
   });
@@ -132,7 +132,7 @@ using StartFailureTest = GatewayTest;
 
 TEST_F(StartFailureTest, WorkerExitingAtStartIsReportedWithExitCodeAndStderr) {
   start({test_library("TestLibrary"), test_library("ExitOnStart", {"--exit-on-start", "7"})});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto reply = c.import_library("ExitOnStart");
   RJG_ASSERT_ERROR(reply, protocol::kWorkerFailed);
@@ -148,7 +148,7 @@ TEST_F(StartFailureTest, WorkerThatNeverInitializesTimesOut) {
   auto no_init = test_library("NoInit", {"--no-initialize"});
   no_init.startup_timeout = "1s";
   start({test_library("TestLibrary"), no_init});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto reply = c.import_library("NoInit");
   RJG_ASSERT_ERROR(reply, protocol::kWorkerTimeout);
@@ -162,7 +162,7 @@ TEST_F(StartFailureTest, MissingCommandIsReportedByName) {
   missing.name = "Missing";
   missing.command = {"/nonexistent/rjg-dir/robot-missing-worker", "--flag"};
   start({test_library("TestLibrary"), missing});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto reply = c.import_library("Missing");
   RJG_ASSERT_ERROR(reply, protocol::kWorkerFailed);
@@ -193,7 +193,7 @@ TEST_F(StartFailureTest, WorkerFloodingStderrAtStartDoesNotStall) {
 
 TEST_F(StartFailureTest, FailingImportIsAnErrorAndTheSessionGoesOn) {
   start({test_library("TestLibrary"), test_library("FailImport", {"--fail-import"})});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto reply = c.import_library("FailImport");
   ASSERT_FALSE(reply.ok()) << describe(reply);
@@ -349,7 +349,7 @@ TEST_F(StartFailureTest, CommandThatCannotRunIsReportedPrecisely) {
   LibrarySpec as_plain_file = command_library("PlainFile", {not_executable.string()});
   LibrarySpec not_in_path = command_library("NotInPath", {"robot-no-such-worker-anywhere"});
   start({test_library("TestLibrary"), as_directory, as_plain_file, not_in_path});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
       {"Directory", {fmt::format("'{}' is a directory", directory.string())}},

@@ -31,12 +31,12 @@ class GatewayTest : public ::testing::Test {
 
   GatewayProcess& gateway() { return *gateway_; }
 
-  RpcClient connect() { return gateway_->connect(); }
+  client::RpcClient connect() { return gateway_->connect(); }
 
   // Connect, initialize, import: a ready session on `library`.
-  std::pair<RpcClient, std::string> session(const std::string& library = "TestLibrary", json::array args = {},
+  std::pair<client::RpcClient, std::string> session(const std::string& library = "TestLibrary", json::array args = {},
                                             json::object kw_args = {}) {
-    RpcClient client = connect();
+    client::RpcClient client = connect();
     std::string token = open_library(client, library, std::move(args), std::move(kw_args));
     return {std::move(client), std::move(token)};
   }

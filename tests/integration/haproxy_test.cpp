@@ -89,37 +89,37 @@ class SourcedClient {
 
   json::value send_request(std::string_view method, const json::value& params) {
     json::value id(std::to_string(next_id_++));
-    send_body(make_request(id, method, params));
+    send_body(protocol::make_request(id, method, params));
     return id;
   }
-  void notify(std::string_view method, const json::value& params) { send_body(make_notification(method, params)); }
+  void notify(std::string_view method, const json::value& params) { send_body(protocol::make_notification(method, params)); }
 
   // Reads until the answer to `id`; notifications that arrive meanwhile are kept in notifications().
-  RpcReply wait_reply(const json::value& id, std::chrono::milliseconds timeout = 30s) {
+  client::RpcReply wait_reply(const json::value& id, std::chrono::milliseconds timeout = 30s) {
     const auto id_text = json::serialize(id);
     const auto deadline = Clock::now() + timeout;
     for (;;) {
       auto message = read_message(deadline);
-      if (message.kind == Message::Kind::notification) {
+      if (message.kind == protocol::Message::Kind::notification) {
         notifications_.push_back(std::move(message));
         continue;
       }
-      if (message.kind == Message::Kind::request)
+      if (message.kind == protocol::Message::Kind::request)
         throw std::runtime_error(fmt::format("{}: unexpected request from the server: {}", address(), message.text()));
       if (message.id_text() != id_text)
         throw std::runtime_error(
             fmt::format("{}: an answer to another id while waiting for {}: {}", address(), id_text, message.text()));
-      RpcReply reply;
+      client::RpcReply reply;
       reply.id = message.id();
       reply.text = message.text();
-      if (message.kind == Message::Kind::response)
+      if (message.kind == protocol::Message::Kind::response)
         reply.result = message.result();
       else
         reply.error = message.error();
       return reply;
     }
   }
-  RpcReply request(std::string_view method, const json::value& params, std::chrono::milliseconds timeout = 30s) {
+  client::RpcReply request(std::string_view method, const json::value& params, std::chrono::milliseconds timeout = 30s) {
     return wait_reply(send_request(method, params), timeout);
   }
 
@@ -140,7 +140,7 @@ class SourcedClient {
                                                              {"args", std::move(args)},
                                                              {"kwargs", json::object{}}});
   }
-  RpcReply run_keyword(const std::string& token, std::string_view name, json::array args = {}) {
+  client::RpcReply run_keyword(const std::string& token, std::string_view name, json::array args = {}) {
     return wait_reply(run_keyword_request(token, name, std::move(args)));
   }
   void exit() { notify(protocol::kExit, json::object{}); }
@@ -166,11 +166,11 @@ class SourcedClient {
     }
   }
 
-  std::vector<Message>& notifications() { return notifications_; }
+  std::vector<protocol::Message>& notifications() { return notifications_; }
 
  private:
   void send_body(const std::string& body) {
-    const auto frame = encode_frame(body);
+    const auto frame = protocol::encode_frame(body);
     std::size_t sent = 0;
     while (sent < frame.size()) {
       const auto n = ::send(fd_, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
@@ -198,17 +198,17 @@ class SourcedClient {
     }
   }
 
-  Message read_message(Clock::time_point deadline) {
+  protocol::Message read_message(Clock::time_point deadline) {
     for (;;) {
       auto next = reader_.next();
-      if (next.kind == FrameReader::Result::Kind::error)
+      if (next.kind == protocol::FrameReader::Result::Kind::error)
         throw std::runtime_error(fmt::format("{}: bad framing from the server: {}", address(), next.error));
-      if (next.kind == FrameReader::Result::Kind::frame) {
-        auto classified = parse_message(next.body);
-        if (auto* problem = std::get_if<ProtocolError>(&classified))
+      if (next.kind == protocol::FrameReader::Result::Kind::frame) {
+        auto classified = protocol::parse_message(next.body);
+        if (auto* problem = std::get_if<protocol::ProtocolError>(&classified))
           throw std::runtime_error(fmt::format("{}: invalid message from the server ({}): {}", address(),
                                                problem->message, next.body));
-        return std::get<Message>(std::move(classified));
+        return std::get<protocol::Message>(std::move(classified));
       }
       char buffer[65536];
       const auto n = receive(buffer, sizeof buffer, deadline);
@@ -222,8 +222,8 @@ class SourcedClient {
   int fd_ = -1;
   std::uint16_t local_port_ = 0;
   std::uint64_t next_id_ = 1;
-  FrameReader reader_;
-  std::vector<Message> notifications_;
+  protocol::FrameReader reader_;
+  std::vector<protocol::Message> notifications_;
 };
 
 // A connection to a Unix socket, one line sent, everything read until the peer closes (HAProxy's stats socket

@@ -49,18 +49,18 @@ std::string run_keyword_body(std::string_view id_json, std::string_view token, s
                      id_json, token, keyword, args_json);
 }
 
-std::string describe_message(const Message& m) {
+std::string describe_message(const protocol::Message& m) {
   std::string text = m.text();
   return text.size() > 2000 ? text.substr(0, 2000) + "..." : text;
 }
 
-std::string error_message_of(const Message& m) {
+std::string error_message_of(const protocol::Message& m) {
   const auto& err = m.error();
   auto it = err.find("message");
   return it != err.end() && it->value().is_string() ? std::string(it->value().get_string()) : std::string();
 }
 
-int error_code_of(const Message& m) {
+int error_code_of(const protocol::Message& m) {
   const auto& err = m.error();
   auto it = err.find("code");
   return it != err.end() && it->value().is_int64() ? static_cast<int>(it->value().get_int64()) : 0;
@@ -128,11 +128,11 @@ class RawConn {
   }
 
   // The next message; nullopt when the peer closed or nothing complete arrived within timeout.
-  std::optional<Message> next_message(std::chrono::milliseconds timeout) {
+  std::optional<protocol::Message> next_message(std::chrono::milliseconds timeout) {
     auto deadline = Clock::now() + timeout;
     for (;;) {
       if (!messages_.empty()) {
-        Message m = std::move(messages_.front());
+        protocol::Message m = std::move(messages_.front());
         messages_.pop_front();
         return m;
       }
@@ -142,13 +142,13 @@ class RawConn {
   }
 
   // Sends a request and returns its answer (notifications are skipped); throws if none arrives.
-  Message call(const json::value& id, std::string_view method, json::value params) {
-    if (!send(encode_frame(make_request(id, method, std::move(params)))))
+  protocol::Message call(const json::value& id, std::string_view method, json::value params) {
+    if (!send(protocol::encode_frame(protocol::make_request(id, method, std::move(params)))))
       throw std::runtime_error(fmt::format("{}: connection closed by the gateway", method));
     for (;;) {
       auto m = next_message(kBound);
       if (!m) throw std::runtime_error(fmt::format("no answer to {} (id {})", method, json::serialize(id)));
-      if (m->kind == Message::Kind::notification) continue;
+      if (m->kind == protocol::Message::Kind::notification) continue;
       return std::move(*m);
     }
   }
@@ -158,8 +158,8 @@ class RawConn {
     auto m = call("init", protocol::kInitialize,
                   json::object{{"capabilities", json::object{}},
                                {"client_info", json::object{{"name", "hardening-test"}, {"version", "0"}}}});
-    if (m.kind != Message::Kind::response) return false;
-    return send(encode_frame(make_notification(protocol::kInitialized, json::object{})));
+    if (m.kind != protocol::Message::Kind::response) return false;
+    return send(protocol::encode_frame(protocol::make_notification(protocol::kInitialized, json::object{})));
   }
 
   const std::string& received() const { return received_; }
@@ -185,21 +185,21 @@ class RawConn {
     reader_.feed({buf, static_cast<std::size_t>(n)});
     for (;;) {
       auto f = reader_.next();
-      if (f.kind == FrameReader::Result::Kind::need_more) break;
-      if (f.kind == FrameReader::Result::Kind::error)
+      if (f.kind == protocol::FrameReader::Result::Kind::need_more) break;
+      if (f.kind == protocol::FrameReader::Result::Kind::error)
         throw std::runtime_error("the gateway sent a bad frame: " + f.error);
-      auto c = parse_message(f.body);
-      if (auto* bad = std::get_if<ProtocolError>(&c))
+      auto c = protocol::parse_message(f.body);
+      if (auto* bad = std::get_if<protocol::ProtocolError>(&c))
         throw std::runtime_error("the gateway sent an invalid message: " + bad->message + ": " + f.body);
-      messages_.push_back(std::move(std::get<Message>(c)));
+      messages_.push_back(std::move(std::get<protocol::Message>(c)));
     }
     return true;
   }
 
   int fd_ = -1;
   std::string received_;
-  FrameReader reader_;
-  std::deque<Message> messages_;
+  protocol::FrameReader reader_;
+  std::deque<protocol::Message> messages_;
   bool eof_ = false;
 };
 
@@ -218,15 +218,15 @@ class HardeningTest : public GatewayTest {
 
   // The next message must be an error with a null id, `code`, a message starting with `prefix` and
   // containing `needle` (case-insensitive); then the gateway must close the connection.
-  void expect_error_then_close(RpcClient& c, int code, std::string_view prefix, std::string_view needle) {
-    std::optional<Message> m;
+  void expect_error_then_close(client::RpcClient& c, int code, std::string_view prefix, std::string_view needle) {
+    std::optional<protocol::Message> m;
     try {
       m = c.read_message(kBound);
-    } catch (const RpcError& e) {
+    } catch (const client::RpcError& e) {
       FAIL() << "expected a " << code << " error frame before the close, got: " << e.what();
     }
     ASSERT_TRUE(m) << "no answer within " << kBound.count() << " s (expected error " << code << ": " << needle << ")";
-    ASSERT_EQ(m->kind, Message::Kind::error_response) << describe_message(*m);
+    ASSERT_EQ(m->kind, protocol::Message::Kind::error_response) << describe_message(*m);
     EXPECT_TRUE(m->id().is_null()) << describe_message(*m);
     EXPECT_EQ(error_code_of(*m), code) << describe_message(*m);
     const auto msg = error_message_of(*m);
@@ -343,7 +343,7 @@ TEST_P(FramingTest, AnsweredWithOneErrorThenClosed) {
 TEST_P(FramingTest, BeforeInitializeAnsweredWithOneErrorThenClosed) {
   const BadFrame& bad = GetParam();
   start(default_libraries(), options());
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.send_raw(bad.bytes);
   expect_error_then_close(c, protocol::kParseError, "Framing error: ", bad.reason);
   expect_next_session_works();
@@ -396,11 +396,11 @@ TEST_F(FramingLimitTest, BodyShorterThanAnnouncedThenEof) {
   RawConn raw(gateway().port());
   ASSERT_TRUE(raw.initialize());
   auto imported = raw.call("imp", protocol::kImportLibrary, json::object{{"name", "TestLibrary"}});
-  ASSERT_EQ(imported.kind, Message::Kind::response) << describe_message(imported);
+  ASSERT_EQ(imported.kind, protocol::Message::Kind::response) << describe_message(imported);
   std::string token(imported.result().at("token").as_string());
   auto pid_reply = raw.call("pid", protocol::kRunKeyword,
                             json::object{{"library_token", token}, {"name", "Get Pid"}, {"args", json::array{}}});
-  ASSERT_EQ(pid_reply.kind, Message::Kind::response) << describe_message(pid_reply);
+  ASSERT_EQ(pid_reply.kind, protocol::Message::Kind::response) << describe_message(pid_reply);
   pid_t pid = remember_pid(static_cast<pid_t>(pid_reply.result().at("result").to_number<std::int64_t>()));
 
   ASSERT_TRUE(raw.send(R"(Content-Length: 200)" "\r\n\r\n" R"({"jsonrpc":"2.0","id":"cut","method":)"));
@@ -417,18 +417,18 @@ class JsonTest : public HardeningTest {
  protected:
   // Sends `body` framed; expects one -32700 error mentioning `needle`, carrying the id found at the top
   // level of the broken body (null when there is none), then shows that the same connection still works.
-  void expect_parse_error_and_go_on(RpcClient& c, const std::string& token, std::string_view body,
+  void expect_parse_error_and_go_on(client::RpcClient& c, const std::string& token, std::string_view body,
                                     std::string_view needle = "") {
     c.send_raw(frame(body));
-    std::optional<Message> m;
+    std::optional<protocol::Message> m;
     try {
       m = c.read_message(kBound);
-    } catch (const RpcError& e) {
+    } catch (const client::RpcError& e) {
       FAIL() << "body " << log::printable(body, 120) << ": " << e.what();
     }
     ASSERT_TRUE(m) << "no answer to the body " << log::printable(body, 120);
-    ASSERT_EQ(m->kind, Message::Kind::error_response) << describe_message(*m);
-    EXPECT_EQ(m->id_text(), rjg::top_level_id(body)) << describe_message(*m);
+    ASSERT_EQ(m->kind, protocol::Message::Kind::error_response) << describe_message(*m);
+    EXPECT_EQ(m->id_text(), rjg::protocol::top_level_id(body)) << describe_message(*m);
     EXPECT_EQ(error_code_of(*m), protocol::kParseError)
         << "body " << log::printable(body, 120) << ": " << describe_message(*m);
     if (!needle.empty()) {
@@ -442,13 +442,13 @@ class JsonTest : public HardeningTest {
 
 // A keyword whose arguments are over a limit fails as that keyword (a result, type ArgumentsOverLimit, with
 // the request's id): the stock client would end its session on an error answer.
-void expect_argument_limit_and_go_on(RpcClient& c, const std::string& token, std::string_view body,
+void expect_argument_limit_and_go_on(client::RpcClient& c, const std::string& token, std::string_view body,
                                      std::string_view needle) {
   c.send_raw(frame(body));
   auto m = c.read_message(kBound);
   ASSERT_TRUE(m) << "no answer to the body " << log::printable(body, 120);
-  ASSERT_EQ(m->kind, Message::Kind::response) << describe_message(*m);
-  EXPECT_EQ(m->id_text(), rjg::top_level_id(body)) << describe_message(*m);
+  ASSERT_EQ(m->kind, protocol::Message::Kind::response) << describe_message(*m);
+  EXPECT_EQ(m->id_text(), rjg::protocol::top_level_id(body)) << describe_message(*m);
   const auto failure = keyword_failure_of(*m);
   ASSERT_TRUE(failure) << describe_message(*m);
   EXPECT_EQ(failure->type, "ArgumentsOverLimit") << describe_message(*m);
@@ -594,7 +594,7 @@ class TimeoutTest : public HardeningTest {};
 
 TEST_F(TimeoutTest, HandshakeTimeoutClosesASilentConnection) {
   start(default_libraries(), options("handshake_timeout = \"2s\"\nread_timeout = \"60s\"\n"));
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   expect_error_then_close(c, protocol::kSessionTimeout, "", "handshake_timeout");
   EXPECT_TRUE(log_has_line({"127.0.0.1:", "handshake_timeout"}));
   expect_next_session_works();
@@ -602,19 +602,19 @@ TEST_F(TimeoutTest, HandshakeTimeoutClosesASilentConnection) {
 
 TEST_F(TimeoutTest, HandshakeTimeoutIsNotResetByOtherMessages) {
   start(default_libraries(), options("handshake_timeout = \"2s\"\nread_timeout = \"60s\"\n"));
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   // Anything but robot/initialize keeps the handshake clock running.
   c.notify(protocol::kInitialized, json::object{});
   auto id = c.send_request(protocol::kImportLibrary, json::object{{"name", "TestLibrary"}});
-  std::vector<Message> got;
+  std::vector<protocol::Message> got;
   try {
     while (auto m = c.read_message(kBound)) got.push_back(std::move(*m));
-  } catch (const RpcError&) {
+  } catch (const client::RpcError&) {
     // closed: what arrived before is in `got`
   }
   bool timed_out = false;
   for (const auto& m : got) {
-    if (m.kind == Message::Kind::error_response && m.id().is_null()) {
+    if (m.kind == protocol::Message::Kind::error_response && m.id().is_null()) {
       EXPECT_EQ(error_code_of(m), protocol::kSessionTimeout) << describe_message(m);
       EXPECT_TRUE(icontains(error_message_of(m), "handshake_timeout")) << describe_message(m);
       timed_out = true;
@@ -630,7 +630,7 @@ TEST_F(TimeoutTest, HandshakeTimeoutIsNotResetByOtherMessages) {
 
 TEST_F(TimeoutTest, HandshakeTimeoutEndsOnceInitialized) {
   start(default_libraries(), options("handshake_timeout = \"2s\"\nread_timeout = \"60s\"\n"));
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   std::this_thread::sleep_for(3500ms);  // well past handshake_timeout
   auto imported = c.import_library("TestLibrary");
@@ -672,7 +672,7 @@ TEST_F(TimeoutTest, TricklingClientIsDropped) {
   std::string body = R"({"jsonrpc":"2.0","id":"slow","method":"robot/shutdown","params":{}})";
   body += std::string(4000, ' ');
   const std::string bytes = frame(body);
-  std::optional<Message> answer;
+  std::optional<protocol::Message> answer;
   auto deadline = Clock::now() + 30s;
   for (std::size_t i = 0; i < bytes.size() && Clock::now() < deadline; ++i) {
     if (!raw.send(std::string_view(bytes).substr(i, 1))) break;
@@ -681,7 +681,7 @@ TEST_F(TimeoutTest, TricklingClientIsDropped) {
   }
   if (!answer) answer = raw.next_message(kBound);
   ASSERT_TRUE(answer) << "the trickling client was neither answered nor dropped";
-  ASSERT_EQ(answer->kind, Message::Kind::error_response) << describe_message(*answer);
+  ASSERT_EQ(answer->kind, protocol::Message::Kind::error_response) << describe_message(*answer);
   EXPECT_EQ(error_code_of(*answer), protocol::kSessionTimeout) << describe_message(*answer);
   EXPECT_TRUE(icontains(error_message_of(*answer), "read_timeout")) << describe_message(*answer);
   EXPECT_TRUE(raw.wait_closed(kBound));
@@ -692,11 +692,11 @@ TEST_F(TimeoutTest, TricklingClientIsDropped) {
 // read_timeout at the latest, with an error frame.
 TEST_F(TimeoutTest, BinaryGarbageWithoutLineEndsIsDropped) {
   start(default_libraries(), options("read_timeout = \"1s\"\nhandshake_timeout = \"60s\"\n"));
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.send_raw(std::string_view("\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\x00\x01\x02\x03", 15));
   auto m = c.read_message(kBound);
   ASSERT_TRUE(m);
-  ASSERT_EQ(m->kind, Message::Kind::error_response) << describe_message(*m);
+  ASSERT_EQ(m->kind, protocol::Message::Kind::error_response) << describe_message(*m);
   EXPECT_TRUE(error_code_of(*m) == protocol::kParseError || error_code_of(*m) == protocol::kSessionTimeout)
       << describe_message(*m);
   EXPECT_TRUE(c.wait_closed(kBound));
@@ -741,12 +741,12 @@ class AdmissionTest : public HardeningTest {
  protected:
   // A served session, retrying while the gateway still counts a connection that just closed (the
   // harness's own readiness probe, for one): what a client does with "retry later".
-  std::pair<RpcClient, std::string> session_when_free() {
+  std::pair<client::RpcClient, std::string> session_when_free() {
     auto deadline = Clock::now() + kBound;
     for (;;) {
       try {
         return session();
-      } catch (const RpcCallError& e) {
+      } catch (const client::RpcCallError& e) {
         if (e.code() != protocol::kAtCapacity || Clock::now() >= deadline) throw;
       }
       std::this_thread::sleep_for(100ms);
@@ -774,19 +774,19 @@ TEST_F(AdmissionTest, MaxSessionsRefusesWithAnErrorNamingTheLimit) {
   auto [c1, t1] = session_when_free();
   auto [c2, t2] = session_when_free();
   {
-    RpcClient c3 = connect();
+    client::RpcClient c3 = connect();
     expect_error_then_close(c3, protocol::kAtCapacity, "", "max_sessions");
   }
   {
     // A client that sends robot/initialize at once (as the real one does) gets the same answer.
-    RpcClient c4 = connect();
+    client::RpcClient c4 = connect();
     try {
       c4.initialize();
       FAIL() << "a third session was served with max_sessions = 2";
-    } catch (const RpcCallError& e) {
+    } catch (const client::RpcCallError& e) {
       EXPECT_EQ(e.code(), protocol::kAtCapacity) << e.what();
       EXPECT_TRUE(contains(e.server_message(), "max_sessions")) << e.what();
-    } catch (const RpcError& e) {
+    } catch (const client::RpcError& e) {
       FAIL() << "refused without the error frame: " << e.what();
     }
   }
@@ -801,14 +801,14 @@ TEST_F(AdmissionTest, MaxSessionsPerClientCountsEachSourceAddress) {
   start(default_libraries(), options("read_timeout = \"60s\"\nmax_sessions_per_client = 1\n"));
   auto [c1, t1] = session_when_free();
   {
-    RpcClient c2 = connect();
+    client::RpcClient c2 = connect();
     expect_error_then_close(c2, protocol::kAtCapacity, "", "max_sessions_per_client");
   }
   // Another source address has its own allowance.
   RawConn other(gateway().port(), "127.0.0.2");
   EXPECT_TRUE(other.initialize()) << "127.0.0.2 was refused although it had no session";
   auto imported = other.call("imp", protocol::kImportLibrary, json::object{{"name", "TestLibrary"}});
-  EXPECT_EQ(imported.kind, Message::Kind::response) << describe_message(imported);
+  EXPECT_EQ(imported.kind, protocol::Message::Kind::response) << describe_message(imported);
   RJG_ASSERT_KEYWORD_OK(c1.run_keyword(t1, "Echo", json::array{1}));
   c1.close();
   EXPECT_TRUE(eventually_served()) << "127.0.0.1 not served again after its session closed";
@@ -818,7 +818,7 @@ TEST_F(AdmissionTest, AddressOutsideAllowFromIsClosedWithoutAWord) {
   start(default_libraries(), options("read_timeout = \"60s\"\nallow_from = [\"10.0.0.0/8\"]\n"));
   for (int i = 0; i < 3; ++i) {
     RawConn raw(gateway().port());
-    raw.send(encode_frame(make_request("1", protocol::kInitialize, json::object{})));
+    raw.send(protocol::encode_frame(protocol::make_request("1", protocol::kInitialize, json::object{})));
     EXPECT_TRUE(raw.wait_closed(kBound)) << "a connection from outside allow_from was kept open";
     EXPECT_EQ(raw.received(), "") << "a refused address was told something";
   }
@@ -869,7 +869,7 @@ class DescriptorTest : public HardeningTest {};
 TEST_F(DescriptorTest, WorkersHoldNoSocketAndNoPipeOfAnotherWorker) {
   start(default_libraries(), options());
   // A connection that is open while the workers start, and a first worker.
-  RpcClient bystander = connect();
+  client::RpcClient bystander = connect();
   auto [a, token_a] = session("TestLibrary");
   pid_t pid_a = remember_pid(worker_pid(a, token_a));
   auto [b, token_b] = session("SecondLibrary");
@@ -896,7 +896,7 @@ TEST_F(DescriptorTest, WorkersHoldNoSocketAndNoPipeOfAnotherWorker) {
 // started while it was open are still running.
 TEST_F(DescriptorTest, GatewayClosesReachTheClientWhileOtherWorkersLive) {
   start(default_libraries(), options());
-  RpcClient doomed = connect();
+  client::RpcClient doomed = connect();
   doomed.initialize();
   // Another session's worker starts while `doomed` is open, and stays alive throughout.
   auto [other, token] = session();
@@ -909,7 +909,7 @@ TEST_F(DescriptorTest, GatewayClosesReachTheClientWhileOtherWorkersLive) {
 
 TEST_F(DescriptorTest, HandshakeTimeoutReachesTheClientWhileOtherWorkersLive) {
   start(default_libraries(), options("handshake_timeout = \"2s\"\nread_timeout = \"60s\"\n"));
-  RpcClient silent = connect();
+  client::RpcClient silent = connect();
   auto [other, token] = session();
   remember_pid(worker_pid(other, token));
   expect_error_then_close(silent, protocol::kSessionTimeout, "", "handshake_timeout");
@@ -918,7 +918,7 @@ TEST_F(DescriptorTest, HandshakeTimeoutReachesTheClientWhileOtherWorkersLive) {
 
 TEST_F(DescriptorTest, ExitReachesTheClientWhileOtherWorkersLive) {
   start(default_libraries(), options());
-  RpcClient leaving = connect();
+  client::RpcClient leaving = connect();
   leaving.initialize();
   auto [other, token] = session();
   remember_pid(worker_pid(other, token));
@@ -962,7 +962,7 @@ TEST_F(BackPressureTest, NonReadingClientStallsOnlyItsOwnWorker) {
   bool in_order = true;
   auto reply = flooded.wait_reply(
       id,
-      [&](const Message& m) {
+      [&](const protocol::Message& m) {
         if (m.method() != protocol::kLog) return;
         auto text = m.params().as_object().at("message").as_string();
         if (!text.starts_with(fmt::format("{}:", next))) in_order = false;
@@ -1097,7 +1097,7 @@ class PickleTest : public HardeningTest {
     start(libraries, options());
   }
 
-  std::int64_t echo_count(RpcClient& c, const std::string& token) {
+  std::int64_t echo_count(client::RpcClient& c, const std::string& token) {
     auto r = c.run_keyword(token, "Echo Count");
     if (!r.ok() || r.keyword_error()) throw std::runtime_error("Echo Count failed: " + describe(r));
     return keyword_value(r).to_number<std::int64_t>();
@@ -1105,7 +1105,7 @@ class PickleTest : public HardeningTest {
 
   // The call is refused (PickleRefused, the keyword's failure); the message names one of `names`, a byte offset (when
   // with_offset), the pickle key and the library; the worker never ran Echo.
-  void expect_refused(RpcClient& c, const std::string& token, json::array args, const std::vector<std::string>& names,
+  void expect_refused(client::RpcClient& c, const std::string& token, json::array args, const std::vector<std::string>& names,
                       bool with_offset = true, std::optional<std::size_t> offset = std::nullopt) {
     auto before = echo_count(c, token);
     auto reply = c.run_keyword(token, "Echo", std::move(args));
@@ -1126,7 +1126,7 @@ class PickleTest : public HardeningTest {
     EXPECT_EQ(echo_count(c, token), before) << "the refused call reached the worker";
   }
 
-  void expect_echoed(RpcClient& c, const std::string& token, const json::value& value) {
+  void expect_echoed(client::RpcClient& c, const std::string& token, const json::value& value) {
     auto reply = c.run_keyword(token, "Echo", json::array{value});
     RJG_ASSERT_KEYWORD_OK(reply);
     EXPECT_EQ(keyword_value(reply), value);
@@ -1297,7 +1297,7 @@ TEST_F(PickleTest, AllowPassesAMaliciousResultThrough) {
 // Import arguments are values sent to the library too.
 TEST_F(PickleTest, DataOnlyRefusesAMaliciousImportArgument) {
   start_with_policy("data-only");
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto reply = c.import_library("TestLibrary", json::array{pickled(malicious_pickles()[0].hex)});
   RJG_ASSERT_ERROR(reply, protocol::kPickleRefused);
@@ -1319,18 +1319,18 @@ TEST(ProxyClientKeyTest, AnIpv4MappedSourceCountsAsItsIpv4Address) {
   GatewayProcess gateway({test_library("TestLibrary")}, options);
   gateway.start();
   auto proxied = [&](std::string_view header) {
-    RpcClient c = gateway.connect();
+    client::RpcClient c = gateway.connect();
     c.send_raw(header);
     return c;
   };
-  std::vector<RpcClient> open;
+  std::vector<client::RpcClient> open;
   open.push_back(proxied("PROXY TCP4 10.20.9.9 127.0.0.1 40001 8271\r\n"));
   open.push_back(proxied("PROXY TCP6 ::ffff:10.20.9.9 ::1 40002 8271\r\n"));
   for (auto& c : open) EXPECT_FALSE(c.initialize().empty());
   for (std::string_view header : {"PROXY TCP6 ::ffff:10.20.9.9 ::1 40003 8271\r\n",
                                   "PROXY TCP4 10.20.9.9 127.0.0.1 40004 8271\r\n"}) {
     SCOPED_TRACE(header);
-    RpcClient extra = proxied(header);
+    client::RpcClient extra = proxied(header);
     auto refused = extra.read_message(10s);
     ASSERT_TRUE(refused.has_value()) << gateway.log_tail();
     EXPECT_EQ(refused->error_code(), protocol::kAtCapacity);
@@ -1339,7 +1339,7 @@ TEST(ProxyClientKeyTest, AnIpv4MappedSourceCountsAsItsIpv4Address) {
     EXPECT_TRUE(extra.wait_closed(10s));
   }
   // Another client behind the same balancer is not affected.
-  RpcClient other = proxied("PROXY TCP6 ::ffff:10.20.9.10 ::1 40005 8271\r\n");
+  client::RpcClient other = proxied("PROXY TCP6 ::ffff:10.20.9.10 ::1 40005 8271\r\n");
   EXPECT_FALSE(other.initialize().empty());
   EXPECT_EQ(count_of(gateway.log(), "refused a connection from 10.20.9.9:"), 2u) << gateway.log_tail();
 }

@@ -128,7 +128,7 @@ void write_file(const fs::path& path, std::string_view text) {
 }
 
 // A TOML basic string: its escapes are JSON's (\" \\ \n \t \r \b \f \uXXXX).
-std::string toml_string(std::string_view text) { return jsontext::quote(text); }
+std::string toml_string(std::string_view text) { return protocol::quote(text); }
 
 bool pid_gone(pid_t pid) { return pid > 0 && ::kill(pid, 0) == -1 && errno == ESRCH; }
 
@@ -452,8 +452,8 @@ std::string GatewayProcess::log_tail(std::size_t max_lines) const {
   return fmt::format("[... {} earlier bytes ...]\n{}", pos + 1, text.substr(pos + 1));
 }
 
-RpcClient GatewayProcess::connect(std::chrono::milliseconds timeout) const {
-  RpcClient client(timeout);
+client::RpcClient GatewayProcess::connect(std::chrono::milliseconds timeout) const {
+  client::RpcClient client(timeout);
   client.set_client_info("rjg-integration-tests", "0");
   client.connect("127.0.0.1", port_);
   return client;
@@ -467,30 +467,30 @@ const json::object* keyword_definition(const json::object& definition, std::stri
   return nullptr;
 }
 
-json::value keyword_value(const RpcReply& reply) {
+json::value keyword_value(const client::RpcReply& reply) {
   if (!reply.result || !reply.result->is_object()) return nullptr;
   auto it = reply.result->get_object().find("result");
   return it == reply.result->get_object().end() ? json::value(nullptr) : it->value();
 }
 
-std::optional<KeywordFailure> keyword_failure_of(const Message& answer) {
-  if (answer.kind != Message::Kind::response) return std::nullopt;
+std::optional<KeywordFailure> keyword_failure_of(const protocol::Message& answer) {
+  if (answer.kind != protocol::Message::Kind::response) return std::nullopt;
   const std::string_view result = answer.result_text();
-  const auto members = jsontext::members(result);  // none unless the result is an object
-  const auto* error = jsontext::find(members, "error");
-  if (!error || error->kind != jsontext::Kind::object) return std::nullopt;
+  const auto members = protocol::members(result);  // none unless the result is an object
+  const auto* error = protocol::find(members, "error");
+  if (!error || error->kind != protocol::Kind::object) return std::nullopt;
   const std::string_view error_text = error->value.of(result);
-  const auto error_members = jsontext::members(error_text);
+  const auto error_members = protocol::members(error_text);
   auto text_of = [&](std::string_view name) {
-    const auto* member = jsontext::find(error_members, name);
+    const auto* member = protocol::find(error_members, name);
     if (!member) return std::string();
     const auto value = member->value.of(error_text);
-    return value.starts_with('"') ? jsontext::decode_string(value) : std::string(value);
+    return value.starts_with('"') ? protocol::decode_string(value) : std::string(value);
   };
   return KeywordFailure{text_of("type"), text_of("message")};
 }
 
-std::string describe(const RpcReply& reply) {
+std::string describe(const client::RpcReply& reply) {
   json::object o;
   o["id"] = reply.id;
   if (reply.result) o["result"] = *reply.result;
@@ -500,7 +500,7 @@ std::string describe(const RpcReply& reply) {
   return text;
 }
 
-std::string open_library(RpcClient& client, const std::string& library, json::array args, json::object kw_args) {
+std::string open_library(client::RpcClient& client, const std::string& library, json::array args, json::object kw_args) {
   client.initialize();
   auto reply = client.import_library(library, std::move(args), std::move(kw_args));
   if (!reply.ok()) throw std::runtime_error(fmt::format("import of '{}' failed: {}", library, describe(reply)));
@@ -508,7 +508,7 @@ std::string open_library(RpcClient& client, const std::string& library, json::ar
   return std::string(r.at("token").as_string());
 }
 
-pid_t worker_pid(RpcClient& client, const std::string& token) {
+pid_t worker_pid(client::RpcClient& client, const std::string& token) {
   auto reply = client.run_keyword(token, "Get Pid");
   if (!reply.ok() || reply.keyword_error())
     throw std::runtime_error(fmt::format("Get Pid failed: {}", describe(reply)));
@@ -708,7 +708,7 @@ std::int64_t as_int(const json::value& v) {
   throw std::runtime_error("not an integer: " + json::serialize(v));
 }
 
-std::string token_of(const RpcReply& reply) {
+std::string token_of(const client::RpcReply& reply) {
   if (!reply.ok() || !reply.result->is_object() || !reply.result->get_object().contains("token"))
     throw std::runtime_error("not an import result: " + describe(reply));
   return std::string(reply.result->get_object().at("token").as_string());

@@ -22,6 +22,7 @@
 namespace rjg::test {
 
 namespace fs = std::filesystem;
+namespace json = boost::json;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
@@ -218,7 +219,7 @@ class GatewayProcess {
   GatewayOptions& options() { return options_; }
 
   // A connected client (not yet initialized).
-  RpcClient connect(std::chrono::milliseconds timeout = 20s) const;
+  client::RpcClient connect(std::chrono::milliseconds timeout = 20s) const;
 
  private:
   std::vector<LibrarySpec> libraries_;
@@ -241,9 +242,9 @@ std::vector<std::string> lines_with(const std::string& text, std::string_view ne
 // An integer result (int64 or uint64); throws otherwise.
 std::int64_t as_int(const json::value& v);
 // The token of an import's result; throws with the reply described otherwise.
-std::string token_of(const RpcReply& reply);
+std::string token_of(const client::RpcReply& reply);
 // RunKeywordResult.result, or null when the field is left out (a keyword that returned None).
-json::value keyword_value(const RpcReply& reply);
+json::value keyword_value(const client::RpcReply& reply);
 // A robot/run_keyword answer read as a raw message: the gateway answers every failure of a call with a
 // result that carries "error" (never a JSON-RPC error). Its type and message; nullopt for a message that is
 // not such a result. Read from the text, so a result holding NaN or huge numbers is no problem.
@@ -251,15 +252,15 @@ struct KeywordFailure {
   std::string type;
   std::string message;
 };
-std::optional<KeywordFailure> keyword_failure_of(const Message& answer);
+std::optional<KeywordFailure> keyword_failure_of(const protocol::Message& answer);
 // The keyword named `name` in an import's LibraryDefinition, or nullptr.
 const json::object* keyword_definition(const json::object& definition, std::string_view name);
 // Initialize + initialized + import; returns the gateway token (ASSERT-style: throws on failure).
-std::string open_library(RpcClient& client, const std::string& library, json::array args = {},
+std::string open_library(client::RpcClient& client, const std::string& library, json::array args = {},
                          json::object kw_args = {});
 // Runs "Get Pid" and returns the worker's pid.
-pid_t worker_pid(RpcClient& client, const std::string& token);
-std::string describe(const RpcReply& reply);
+pid_t worker_pid(client::RpcClient& client, const std::string& token);
+std::string describe(const client::RpcReply& reply);
 
 // The test worker started directly (not through the gateway) with --tcp 127.0.0.1:0.
 class DirectWorker {

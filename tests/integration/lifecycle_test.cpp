@@ -232,7 +232,7 @@ class OrphanTest : public GatewayTest {
   // Runs 'Spawn Detached Grandchild' on a fresh session; returns the client, token, worker pid and the
   // grandchild's pid (remembered, so the fixture kills it if a test fails).
   struct Spawned {
-    RpcClient client;
+    client::RpcClient client;
     std::string token;
     pid_t worker = 0;
     pid_t grandchild = 0;

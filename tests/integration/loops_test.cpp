@@ -108,7 +108,7 @@ TEST_F(LoopsTest, SessionsOnEveryLoopShareOneWorkerAndEachGetsItsOwnLogsInOrder)
   start_with_threads(4, {shared});
   constexpr int kSessions = 8;
   constexpr int kLogs = 50;
-  std::vector<RpcClient> clients;
+  std::vector<client::RpcClient> clients;
   std::vector<std::string> tokens;
   for (int i = 0; i < kSessions; ++i) {
     auto [client, token] = session("Shared");
@@ -123,7 +123,7 @@ TEST_F(LoopsTest, SessionsOnEveryLoopShareOneWorkerAndEachGetsItsOwnLogsInOrder)
                      {"kwargs", json::object{}}}));
   for (int i = 0; i < kSessions; ++i) {
     std::vector<std::string> logs;
-    auto reply = clients[i].wait_reply(ids[i], [&logs](const Message& m) {
+    auto reply = clients[i].wait_reply(ids[i], [&logs](const protocol::Message& m) {
       if (m.method() == protocol::kLog && m.params().is_object())
         logs.emplace_back(m.params().get_object().at("message").as_string());
     });

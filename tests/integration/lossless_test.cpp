@@ -29,12 +29,12 @@ std::string pickled(const char* hex) { return fmt::format(R"({{"__pickled__":"{}
 class LosslessTest : public GatewayTest {
  protected:
   // Sends `body` and reads up to the answer to it; notifications on the way are kept in `notes`.
-  Message exchange(RpcClient& c, std::string_view body, std::vector<Message>* notes = nullptr) {
+  protocol::Message exchange(client::RpcClient& c, std::string_view body, std::vector<protocol::Message>* notes = nullptr) {
     c.send_raw(frame(body));
     for (;;) {
       auto m = c.read_message(30s);
       if (!m) throw std::runtime_error("no answer to " + std::string(body.substr(0, 200)));
-      if (m->kind == Message::Kind::notification) {
+      if (m->kind == protocol::Message::Kind::notification) {
         if (notes) notes->push_back(*m);
         continue;
       }
@@ -54,11 +54,11 @@ class LosslessTest : public GatewayTest {
                        id, args, kw_args);
   }
   // The token of a successful import answer.
-  static std::string token_of(const Message& answer) {
+  static std::string token_of(const protocol::Message& answer) {
     const auto result = answer.result_text();
-    const auto members = jsontext::members(result);
-    const auto* token = jsontext::find(members, "token");
-    return token ? jsontext::decode_string(token->value.of(result)) : std::string();
+    const auto members = protocol::members(result);
+    const auto* token = protocol::find(members, "token");
+    return token ? protocol::decode_string(token->value.of(result)) : std::string();
   }
 };
 
@@ -108,8 +108,8 @@ std::vector<std::string> number_texts(std::size_t count) {
     }
   }
   for (const auto& n : out) {
-    auto [scanned, error] = jsontext::scan(n);
-    if (!scanned || scanned->kind != jsontext::Kind::number) throw std::logic_error("not a JSON number: " + n);
+    auto [scanned, error] = protocol::scan(n);
+    if (!scanned || scanned->kind != protocol::Kind::number) throw std::logic_error("not a JSON number: " + n);
   }
   return out;
 }
@@ -141,7 +141,7 @@ std::string object_of(const std::vector<std::string>& items, std::size_t from, s
 
 TEST_F(LosslessTest, NumbersAndStringsTravelByteForByteBothWays) {
   start();
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   std::vector<std::string> values = number_texts(4000);
   for (const auto& s : string_texts()) values.push_back(s);
@@ -150,10 +150,10 @@ TEST_F(LosslessTest, NumbersAndStringsTravelByteForByteBothWays) {
   // Import arguments arrive as sent.
   const std::string import_args = join(values, 0, 50), import_kw = object_of(values, 50, 100);
   auto imported = exchange(c, import_body("1", import_args, import_kw));
-  ASSERT_EQ(imported.kind, Message::Kind::response) << imported.text();
+  ASSERT_EQ(imported.kind, protocol::Message::Kind::response) << imported.text();
   const std::string token = token_of(imported);
   auto import_seen = exchange(c, run_body("2", token, "Get Import Args Raw", "[]"));
-  ASSERT_EQ(import_seen.kind, Message::Kind::response) << import_seen.text();
+  ASSERT_EQ(import_seen.kind, protocol::Message::Kind::response) << import_seen.text();
   EXPECT_EQ(import_seen.result_text(), fmt::format(R"({{"result":{{"args":{},"kw_args":{}}}}})", import_args, import_kw));
 
   // Keyword arguments, positional and named: the worker gets these texts, and the client gets back
@@ -163,14 +163,14 @@ TEST_F(LosslessTest, NumbersAndStringsTravelByteForByteBothWays) {
     const std::size_t to = std::min(values.size(), from + 400), mid = (from + to) / 2;
     const std::string args = join(values, from, mid), kwargs = object_of(values, mid, to);
     auto echoed = exchange(c, run_body(std::to_string(100 + from), token, "Echo Raw", args, kwargs));
-    ASSERT_EQ(echoed.kind, Message::Kind::response) << echoed.text().substr(0, 500);
+    ASSERT_EQ(echoed.kind, protocol::Message::Kind::response) << echoed.text().substr(0, 500);
     EXPECT_EQ(echoed.result_text(), fmt::format(R"({{"result":{{"args":{},"kwargs":{}}}}})", args, kwargs))
         << "values " << from << ".." << to;
     // A result the worker makes up arrives as it wrote it.
     const std::string made_up = join(values, from, to);
     auto returned = exchange(c, run_body(std::to_string(50000 + from), token, "Return Raw",
-                                         "[" + jsontext::quote(made_up) + "]"));
-    ASSERT_EQ(returned.kind, Message::Kind::response) << returned.text().substr(0, 500);
+                                         "[" + protocol::quote(made_up) + "]"));
+    ASSERT_EQ(returned.kind, protocol::Message::Kind::response) << returned.text().substr(0, 500);
     EXPECT_EQ(returned.result_text(), R"({"result":)" + made_up + "}");
     ++calls;
   }
@@ -180,7 +180,7 @@ TEST_F(LosslessTest, NumbersAndStringsTravelByteForByteBothWays) {
 
 TEST_F(LosslessTest, IdsOfEveryKindComeBackByteIdentical) {
   start();
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto imported = exchange(c, import_body("\"import\"", "[]", "{}"));
   const std::string token = token_of(imported);
@@ -192,12 +192,12 @@ TEST_F(LosslessTest, IdsOfEveryKindComeBackByteIdentical) {
     SCOPED_TRACE(id);
     // Relayed: the worker's answer with the client's id spliced back.
     auto relayed = exchange(c, run_body(id, token, "Echo Raw", "[1]"));
-    EXPECT_EQ(relayed.kind, Message::Kind::response);
+    EXPECT_EQ(relayed.kind, protocol::Message::Kind::response);
     EXPECT_EQ(relayed.id_text(), id);
     // The gateway's own answers: an unknown token (the keyword's failure, a result the gateway makes),
     // shutdown.
     auto refused = exchange(c, run_body(id, "no-such-token", "Echo Raw", "[]"));
-    EXPECT_EQ(refused.kind, Message::Kind::response) << refused.text();
+    EXPECT_EQ(refused.kind, protocol::Message::Kind::response) << refused.text();
     EXPECT_EQ(keyword_failure_of(refused).value_or(KeywordFailure{}).type,
               protocol::keyword_error_type(protocol::kUnknownToken))
         << refused.text();
@@ -234,12 +234,12 @@ TEST_F(LosslessTest, ObjectsAreBoundedInMembers) {
   auto [c, token] = session();
   std::vector<std::string> ones(17, "1");
   auto at_limit = exchange(c, run_body("\"ok\"", token, "Echo Raw", "[]", object_of(ones, 0, 16)));
-  EXPECT_EQ(at_limit.kind, Message::Kind::response) << at_limit.text();
+  EXPECT_EQ(at_limit.kind, protocol::Message::Kind::response) << at_limit.text();
   for (const auto& body : {run_body("\"kw\"", token, "Echo Raw", "[]", object_of(ones, 0, 17)),
                            run_body("\"kw\"", token, "Echo Raw", "[[" + object_of(ones, 0, 17) + "]]")}) {
     // A keyword's failure, with the request's id: the stock client would end its session on an error.
     auto refused = exchange(c, body);
-    ASSERT_EQ(refused.kind, Message::Kind::response) << refused.text();
+    ASSERT_EQ(refused.kind, protocol::Message::Kind::response) << refused.text();
     EXPECT_EQ(refused.id_text(), "\"kw\"");
     const auto failure = keyword_failure_of(refused);
     ASSERT_TRUE(failure) << refused.text();
@@ -259,9 +259,9 @@ TEST_F(LosslessTest, RefusedPickleInALogIsReplacedByANotice) {
   const std::string evil_params = fmt::format(R"({{"message":{},"level":"INFO","html":false}})", pickled(kEvilHex));
   const std::string benign_params = fmt::format(R"({{"message":{},"level":"INFO","x":NaN}})", pickled(kBenignHex));
   for (const auto& [params, refused] : {std::pair{evil_params, true}, std::pair{benign_params, false}}) {
-    std::vector<Message> notes;
-    auto answer = exchange(c, run_body("1", token, "Log Raw", "[" + jsontext::quote(params) + "]"), &notes);
-    ASSERT_EQ(answer.kind, Message::Kind::response) << answer.text();
+    std::vector<protocol::Message> notes;
+    auto answer = exchange(c, run_body("1", token, "Log Raw", "[" + protocol::quote(params) + "]"), &notes);
+    ASSERT_EQ(answer.kind, protocol::Message::Kind::response) << answer.text();
     EXPECT_EQ(answer.result_text(), R"({"result":"logged"})");
     ASSERT_EQ(notes.size(), 1u);
     if (!refused) {
@@ -284,16 +284,16 @@ TEST_F(LosslessTest, RefusedPickleInALogIsReplacedByANotice) {
 TEST_F(LosslessTest, RefusedPickleInKeywordErrorDataIsRefused) {
   start();
   auto [c, token] = session();
-  auto evil = exchange(c, run_body("1", token, "Fail With Data", "[" + jsontext::quote(pickled(kEvilHex)) + "]"));
-  ASSERT_EQ(evil.kind, Message::Kind::response) << evil.text();
+  auto evil = exchange(c, run_body("1", token, "Fail With Data", "[" + protocol::quote(pickled(kEvilHex)) + "]"));
+  ASSERT_EQ(evil.kind, protocol::Message::Kind::response) << evil.text();
   const auto evil_failure = keyword_failure_of(evil);
   ASSERT_TRUE(evil_failure) << evil.text();
   EXPECT_EQ(evil_failure->type, protocol::keyword_error_type(protocol::kPickleRefused)) << evil.text();
   EXPECT_NE(evil_failure->message.find("error.data"), std::string::npos) << evil_failure->message;
   EXPECT_EQ(evil.text().find(kEvilHex), std::string::npos);
   const std::string data = R"({"v":)" + pickled(kBenignHex) + R"(,"n":[NaN,1e400]})";
-  auto benign = exchange(c, run_body("2", token, "Fail With Data", "[" + jsontext::quote(data) + "]"));
-  ASSERT_EQ(benign.kind, Message::Kind::response) << benign.text();
+  auto benign = exchange(c, run_body("2", token, "Fail With Data", "[" + protocol::quote(data) + "]"));
+  ASSERT_EQ(benign.kind, protocol::Message::Kind::response) << benign.text();
   const auto benign_failure = keyword_failure_of(benign);
   ASSERT_TRUE(benign_failure) << benign.text();
   EXPECT_EQ(benign_failure->type, protocol::keyword_error_type(-32099)) << benign.text();
@@ -304,24 +304,24 @@ TEST_F(LosslessTest, RefusedPickleInKeywordErrorDataIsRefused) {
 // checked like the rest.
 TEST_F(LosslessTest, RefusedPickleInAnyResultMemberIsRefused) {
   start();
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   // The import result gets a member "extra" from the worker.
-  auto evil_import = exchange(c, import_body("1", "[]", R"({"extra_result_json":)" + jsontext::quote(pickled(kEvilHex)) + "}"));
-  ASSERT_EQ(evil_import.kind, Message::Kind::error_response) << evil_import.text();
+  auto evil_import = exchange(c, import_body("1", "[]", R"({"extra_result_json":)" + protocol::quote(pickled(kEvilHex)) + "}"));
+  ASSERT_EQ(evil_import.kind, protocol::Message::Kind::error_response) << evil_import.text();
   EXPECT_EQ(evil_import.error_code(), protocol::kPickleRefused);
   EXPECT_NE(evil_import.error_message().find("result.extra"), std::string::npos) << evil_import.error_message();
-  auto benign_import = exchange(c, import_body("2", "[]", R"({"extra_result_json":)" + jsontext::quote(pickled(kBenignHex)) + "}"));
-  ASSERT_EQ(benign_import.kind, Message::Kind::response) << benign_import.text();
+  auto benign_import = exchange(c, import_body("2", "[]", R"({"extra_result_json":)" + protocol::quote(pickled(kBenignHex)) + "}"));
+  ASSERT_EQ(benign_import.kind, protocol::Message::Kind::response) << benign_import.text();
   EXPECT_NE(benign_import.result_text().find(R"("extra":)" + pickled(kBenignHex)), std::string::npos);
   // The import's error data.
-  auto failed = exchange(c, import_body("3", "[]", R"({"fail_with_data_json":)" + jsontext::quote(pickled(kEvilHex)) + "}"));
-  ASSERT_EQ(failed.kind, Message::Kind::error_response);
+  auto failed = exchange(c, import_body("3", "[]", R"({"fail_with_data_json":)" + protocol::quote(pickled(kEvilHex)) + "}"));
+  ASSERT_EQ(failed.kind, protocol::Message::Kind::error_response);
   EXPECT_EQ(failed.error_code(), protocol::kPickleRefused) << failed.text();
   EXPECT_NE(failed.error_message().find("error.data"), std::string::npos) << failed.error_message();
   // A keyword result member next to "result".
   const std::string token = token_of(benign_import);
-  auto member = exchange(c, run_body("4", token, "Return Raw", "[" + jsontext::quote(pickled(kEvilHex)) + "]"));
+  auto member = exchange(c, run_body("4", token, "Return Raw", "[" + protocol::quote(pickled(kEvilHex)) + "]"));
   const auto member_failure = keyword_failure_of(member);
   ASSERT_TRUE(member_failure) << member.text();
   EXPECT_EQ(member_failure->type, protocol::keyword_error_type(protocol::kPickleRefused)) << member.text();

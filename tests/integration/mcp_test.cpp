@@ -112,7 +112,7 @@ class McpTest : public GatewayTest {
     return pids_eventually(R"(started MCP server .* \(pid (\d+)\))", at_least);
   }
 
-  static std::string message_of(const RpcReply& reply) {
+  static std::string message_of(const client::RpcReply& reply) {
     const auto* error = reply.keyword_error();
     return error ? json::value_to<std::string>(error->at("message")) : std::string();
   }
@@ -126,8 +126,8 @@ class McpTest : public GatewayTest {
 };
 
 using Logs = std::vector<std::pair<std::string, std::string>>;  // level, message
-RpcClient::NotificationHandler collect(Logs& logs) {
-  return [&logs](const Message& m) {
+client::RpcClient::NotificationHandler collect(Logs& logs) {
+  return [&logs](const protocol::Message& m) {
     const auto p = m.params();
     logs.emplace_back(json::value_to<std::string>(p.at("level")), json::value_to<std::string>(p.at("message")));
   };
@@ -385,7 +385,7 @@ TEST_F(McpTest, AServerThatDiesUnderAKeywordFailsItAndTheWorkerMakesWayForAFresh
                                           {"args", json::array()},
                                           {"kwargs", json::object{{"duration", 60}, {"steps", 60}}}});
   bool killed = false;
-  const auto reply = client.wait_reply(id, [&](const Message&) {
+  const auto reply = client.wait_reply(id, [&](const protocol::Message&) {
     if (!std::exchange(killed, true)) ::kill(server, SIGKILL);
   });
   ASSERT_TRUE(killed) << describe(reply);

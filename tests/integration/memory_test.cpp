@@ -208,7 +208,7 @@ class RawClient {
 };
 
 std::string request_frame(std::string_view id_json, std::string_view method, std::string_view params_json) {
-  return encode_frame(fmt::format(R"({{"jsonrpc":"2.0","id":{},"method":"{}","params":{}}})", id_json, method,
+  return protocol::encode_frame(fmt::format(R"({{"jsonrpc":"2.0","id":{},"method":"{}","params":{}}})", id_json, method,
                                   params_json));
 }
 
@@ -309,7 +309,7 @@ TEST_P(MemoryTest, NonReadingClientIsThrottledThenDisconnected) {
 
   RawClient client(gateway().port());
   ASSERT_EQ(client.send(request_frame("0", protocol::kInitialize, R"({"capabilities":{}})") +
-                            encode_frame(R"({"jsonrpc":"2.0","method":"robot/initialized","params":{}})"),
+                            protocol::encode_frame(R"({"jsonrpc":"2.0","method":"robot/initialized","params":{}})"),
                         Clock::now() + kBound),
             RawClient::Sent::all);
 
@@ -377,9 +377,9 @@ TEST_P(MemoryTest, PipelinedLargeRequestsBeyondMaxPendingBytesAreRefused) {
   while (got_refused.size() < refused.size()) {
     auto m = c.read_message(kBound);
     ASSERT_TRUE(m) << "only " << got_refused.size() << " of " << refused.size() << " refusals arrived";
-    if (m->kind == Message::Kind::notification) continue;
+    if (m->kind == protocol::Message::Kind::notification) continue;
     // The keyword's failure (GatewayAtCapacity), as a result: the session goes on.
-    ASSERT_EQ(m->kind, Message::Kind::response) << m->text().substr(0, 500);
+    ASSERT_EQ(m->kind, protocol::Message::Kind::response) << m->text().substr(0, 500);
     const auto failure = keyword_failure_of(*m);
     ASSERT_TRUE(failure) << m->text().substr(0, 500);
     EXPECT_EQ(failure->type, protocol::keyword_error_type(protocol::kAtCapacity));
@@ -398,8 +398,8 @@ TEST_P(MemoryTest, PipelinedLargeRequestsBeyondMaxPendingBytesAreRefused) {
   while (!waited || answered.size() < admitted.size()) {
     auto m = c.read_message(kBound);
     ASSERT_TRUE(m) << "only " << answered.size() << " of " << admitted.size() << " answers arrived";
-    if (m->kind == Message::Kind::notification) continue;
-    ASSERT_EQ(m->kind, Message::Kind::response) << m->text().substr(0, 500);
+    if (m->kind == protocol::Message::Kind::notification) continue;
+    ASSERT_EQ(m->kind, protocol::Message::Kind::response) << m->text().substr(0, 500);
     EXPECT_FALSE(keyword_failure_of(*m)) << m->text().substr(0, 500);
     if (m->id_text() == "\"wait\"") {
       waited = true;
@@ -428,7 +428,7 @@ TEST(WriteTimeoutTest, NonReadingClientReleasesASharedWorker) {
 
   RawClient flooded(gateway.port(), 16 * 1024);
   ASSERT_EQ(flooded.send(request_frame("0", protocol::kInitialize, R"({"capabilities":{}})") +
-                             encode_frame(R"({"jsonrpc":"2.0","method":"robot/initialized","params":{}})") +
+                             protocol::encode_frame(R"({"jsonrpc":"2.0","method":"robot/initialized","params":{}})") +
                              request_frame("1", protocol::kImportLibrary, R"({"name":"TestLibrary","args":[]})"),
                          Clock::now() + kBound),
             RawClient::Sent::all);
@@ -441,7 +441,7 @@ TEST(WriteTimeoutTest, NonReadingClientReleasesASharedWorker) {
                                                    *token)),
                          Clock::now() + kBound),
             RawClient::Sent::all);
-  RpcClient other = gateway.connect(kBound);
+  client::RpcClient other = gateway.connect(kBound);
   other.set_timeout(kBound);
   const std::string other_token = open_library(other, "TestLibrary");
   auto echo = other.run_keyword(other_token, "Echo", json::array{"after the flood"});
@@ -459,7 +459,7 @@ TEST(OffloadTest, ARefusedLargeRequestLeavesNoVerdictBehind) {
   o.extra_gateway_toml = "max_pending_bytes = \"64KiB\"\n";
   GatewayProcess gateway({library}, o);
   gateway.start();
-  RpcClient c = gateway.connect();
+  client::RpcClient c = gateway.connect();
   c.set_timeout(kBound);
   const std::string token = open_library(c, "TestLibrary");
   const fs::path gate = gateway.dir() / "go";
@@ -473,9 +473,9 @@ TEST(OffloadTest, ARefusedLargeRequestLeavesNoVerdictBehind) {
   c.send_raw(request_frame("2", protocol::kRunKeyword,
                            fmt::format(R"({{"library_token":"{}","name":"Echo","args":["b"],"kwargs":{{}}}})", token)));
   auto refused = c.read_message(kBound);
-  while (refused && refused->kind == Message::Kind::notification) refused = c.read_message(kBound);  // its log
+  while (refused && refused->kind == protocol::Message::Kind::notification) refused = c.read_message(kBound);  // its log
   ASSERT_TRUE(refused);
-  ASSERT_EQ(refused->kind, Message::Kind::response) << refused->text().substr(0, 300);
+  ASSERT_EQ(refused->kind, protocol::Message::Kind::response) << refused->text().substr(0, 300);
   EXPECT_EQ(refused->id_text(), "1");
   const auto failure = keyword_failure_of(*refused);
   ASSERT_TRUE(failure) << refused->text().substr(0, 300);
@@ -485,8 +485,8 @@ TEST(OffloadTest, ARefusedLargeRequestLeavesNoVerdictBehind) {
   while (!echoed || !waited) {
     auto m = c.read_message(kBound);
     ASSERT_TRUE(m) << gateway.log_tail();
-    if (m->kind == Message::Kind::notification) continue;
-    ASSERT_EQ(m->kind, Message::Kind::response) << m->text().substr(0, 300);
+    if (m->kind == protocol::Message::Kind::notification) continue;
+    ASSERT_EQ(m->kind, protocol::Message::Kind::response) << m->text().substr(0, 300);
     EXPECT_FALSE(keyword_failure_of(*m)) << m->text().substr(0, 300);
     if (m->id_text() == "2") {
       EXPECT_EQ(m->result().at("result"), json::value("b"));
@@ -512,7 +512,7 @@ TEST(ClassicOffloadTest, LargeBodiesAreReadOffTheLoopWhileAJsonRpcSessionGoesOn)
   GatewayProcess gateway({test_library("TestLibrary")}, o);
   gateway.start();
   ASSERT_TRUE(eventually([&] { return can_connect(port); }, kBound)) << gateway.log_tail();
-  RpcClient c = gateway.connect(kBound);
+  client::RpcClient c = gateway.connect(kBound);
   c.set_timeout(kBound);
   const std::string token = open_library(c, "TestLibrary");
   constexpr std::string_view kOffLoop = "was read off the event loop";

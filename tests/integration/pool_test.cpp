@@ -56,25 +56,25 @@ class PoolTest : public GatewayTest {
   // A request the gateway answers itself at once (-32601). Requests are dispatched in the order they
   // are read from the connection, so once this is answered every request sent before it on the same
   // connection has reached its queue (the worker's call queue, or the pool's capacity queue).
-  static void barrier(RpcClient& c) {
+  static void barrier(client::RpcClient& c) {
     auto reply = c.request("rjg/barrier", json::object{});
     ASSERT_EQ(reply.error_code(), protocol::kMethodNotFound) << describe(reply);
   }
 
   // Nothing has been answered on this connection yet.
-  static void expect_no_answer(RpcClient& c, std::string_view who) {
+  static void expect_no_answer(client::RpcClient& c, std::string_view who) {
     auto m = c.read_message(0ms);
-    EXPECT_FALSE(m && (m->kind == Message::Kind::response || m->kind == Message::Kind::error_response))
+    EXPECT_FALSE(m && (m->kind == protocol::Message::Kind::response || m->kind == protocol::Message::Kind::error_response))
         << who << " was answered too early: " << (m ? m->text() : std::string());
   }
 
   // Reads notifications until a robot/log whose message contains `needle` arrives (bounded).
-  static bool wait_for_log(RpcClient& c, std::string_view needle, std::chrono::milliseconds timeout = 30s) {
+  static bool wait_for_log(client::RpcClient& c, std::string_view needle, std::chrono::milliseconds timeout = 30s) {
     auto deadline = Clock::now() + timeout;
     while (Clock::now() < deadline) {
       auto m = c.read_message(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
       if (!m) return false;
-      if (m->kind != Message::Kind::notification || m->method() != protocol::kLog) continue;
+      if (m->kind != protocol::Message::Kind::notification || m->method() != protocol::kLog) continue;
       if (const json::value p = m->params(); p.is_object()) {  // params() is a fresh copy: keep it
         const auto& params = p.get_object();
         if (params.contains("message") && params.at("message").is_string() &&
@@ -85,14 +85,14 @@ class PoolTest : public GatewayTest {
     return false;
   }
 
-  std::int64_t int_keyword(RpcClient& c, const std::string& token, std::string_view keyword, json::array args = {}) {
+  std::int64_t int_keyword(client::RpcClient& c, const std::string& token, std::string_view keyword, json::array args = {}) {
     auto reply = c.run_keyword(token, keyword, std::move(args));
     if (!reply.ok() || reply.keyword_error())
       throw std::runtime_error(fmt::format("{} failed: {}", keyword, describe(reply)));
     return as_int(keyword_value(reply));
   }
 
-  pid_t pid_of(RpcClient& c, const std::string& token) { return remember_pid(worker_pid(c, token)); }
+  pid_t pid_of(client::RpcClient& c, const std::string& token) { return remember_pid(worker_pid(c, token)); }
 
   // A gate: a file that Wait For File / --initialize-wait-file wait for.
   TempDir gates_{"rjg-gates"};
@@ -118,7 +118,7 @@ TEST_F(PoolPrewarmTest, HitAndMiss) {
   const pid_t prewarmed = started[0];
 
   // Miss: the import finds no ready worker and starts one of its own (the second "started").
-  RpcClient a = connect();
+  client::RpcClient a = connect();
   a.initialize();
   auto import_a = a.send_request(protocol::kImportLibrary, json::object{{"name", "Warm"}, {"args", json::array{}}});
   started = pids_eventually(R"(worker Warm\[(\d+)\]: started)", 2);
@@ -183,7 +183,7 @@ TEST_F(PoolPrewarmTest, AtMostFourWorkersStartAtOnce) {
   auto gated = test_library("Gated", {"--initialize-wait-file", gate("init")});
   gated.startup_timeout = "60s";
   start({gated});
-  std::vector<RpcClient> clients;
+  std::vector<client::RpcClient> clients;
   std::vector<json::value> imports;
   for (int i = 0; i < 6; ++i) {
     clients.push_back(connect());
@@ -236,7 +236,7 @@ TEST_F(PoolSharedTest, TwoSessionsShareOneWorkerWithTheirOwnLogs) {
   auto id_a = a.send_request(protocol::kRunKeyword, keyword_params(token_a, "Log Messages", json::array{kLogs, 3}));
   auto id_b = b.send_request(protocol::kRunKeyword, keyword_params(token_b, "Log Messages", json::array{kLogs, 7}));
   auto collect = [](std::vector<std::string>& into) {
-    return [&into](const Message& m) {
+    return [&into](const protocol::Message& m) {
       if (m.method() == protocol::kLog && m.params().is_object())
         into.emplace_back(m.params().get_object().at("message").as_string());
     };
@@ -314,7 +314,7 @@ TEST_F(PoolSharedTest, ImportsQueuedWhileSharedWorkersStartGetRoomInThem) {
   start({pool_library("Shared",
                       "isolation = \"shared\"\nmax_workers = 2\nmax_imports_per_worker = 2\nqueue_timeout = \"60s\"\n",
                       {"--initialize-wait-file", gate("init")})});
-  std::vector<RpcClient> clients;
+  std::vector<client::RpcClient> clients;
   std::vector<json::value> imports;
   for (int i = 0; i < 4; ++i) {
     clients.push_back(connect());
@@ -347,11 +347,11 @@ TEST_F(PoolCapTest, LibraryCapQueuesImportsInArrivalOrder) {
   auto [a, token_a] = session("Capped");
   const pid_t pid_a = pid_of(a, token_a);
 
-  RpcClient b = connect();
+  client::RpcClient b = connect();
   b.initialize();
   auto import_b = b.send_request(protocol::kImportLibrary, json::object{{"name", "Capped"}});
   barrier(b);
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto import_c = c.send_request(protocol::kImportLibrary, json::object{{"name", "Capped"}});
   barrier(c);
@@ -392,7 +392,7 @@ TEST_F(PoolCapTest, GatewayCapQueuesImportsOfEveryLibrary) {
         options);
   auto [a, token_a] = session("First");
   const pid_t pid_a = pid_of(a, token_a);
-  RpcClient b = connect();
+  client::RpcClient b = connect();
   b.initialize();
   auto import_b = b.send_request(protocol::kImportLibrary, json::object{{"name", "Second"}});
   barrier(b);
@@ -416,7 +416,7 @@ TEST_F(PoolCapTest, QueueTimeoutFailsTheImportClearly) {
          pool_library("Other", "queue_timeout = \"1s\"\n"), pool_library("Third", "queue_timeout = \"1s\"\n")},
         options);
   auto [a, token_a] = session("Capped");
-  RpcClient b = connect();
+  client::RpcClient b = connect();
   b.initialize();
 
   auto reply = b.import_library("Capped");
@@ -574,7 +574,7 @@ using PoolBackoffTest = PoolTest;
 // fails at once (no start) with -32012 saying so; other libraries are not affected.
 TEST_F(PoolBackoffTest, RepeatedStartFailuresBackOffExponentially) {
   start({test_library("Broken", {"--exit-on-start", "1"}), test_library("TestLibrary")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
 
   auto first = c.import_library("Broken");
@@ -635,7 +635,7 @@ TEST_F(PoolBackoffTest, PrewarmStartFailuresBackOff) {
   // Far fewer starts than a retry loop without backoff would have made by now.
   EXPECT_LE(started_pids("Broken").size(), 4u);
   // An import meanwhile is told about the backoff.
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto reply = c.import_library("Broken");
   RJG_ASSERT_ERROR(reply, protocol::kWorkerFailed);
@@ -646,7 +646,7 @@ TEST_F(PoolBackoffTest, PrewarmStartFailuresBackOff) {
 TEST_F(PoolBackoffTest, IdleDeathsBackOff) {
   // "fail": a call on the dead worker's token only reports the death (the default would start a worker).
   start({pool_library("Fragile", "on_worker_loss = \"fail\"\n")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   bool failed_fast = false;
   int deaths = 0;
@@ -675,7 +675,7 @@ TEST_F(PoolBackoffTest, IdleDeathsBackOff) {
 // A keyword that kills its own worker is the caller's business: it does not slow down other imports.
 TEST_F(PoolBackoffTest, CrashesDuringKeywordsDoNotBackOff) {
   start({test_library("TestLibrary")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   for (const char* mode : {"exit", "abort", "sigkill", "segv"}) {
     auto reply = c.import_library("TestLibrary");

@@ -30,24 +30,24 @@ std::string ahead_pattern(const std::string& library) {
 
 class PrewarmImportTest : public GatewayTest {
  protected:
-  json::value keyword(RpcClient& c, const std::string& token, std::string_view name, json::array args = {}) {
+  json::value keyword(client::RpcClient& c, const std::string& token, std::string_view name, json::array args = {}) {
     auto reply = c.run_keyword(token, name, std::move(args));
     if (!reply.ok() || reply.keyword_error())
       throw std::runtime_error(fmt::format("{} failed: {}", name, describe(reply)));
     return keyword_value(reply);
   }
-  std::int64_t int_keyword(RpcClient& c, const std::string& token, std::string_view name) {
+  std::int64_t int_keyword(client::RpcClient& c, const std::string& token, std::string_view name) {
     return as_int(keyword(c, token, name));
   }
-  pid_t pid_of(RpcClient& c, const std::string& token) { return remember_pid(worker_pid(c, token)); }
+  pid_t pid_of(client::RpcClient& c, const std::string& token) { return remember_pid(worker_pid(c, token)); }
 
   // Initializes `c` and imports `library`, collecting what arrives before the answer: the message of
   // each robot/log, or the whole text of any other notification.
-  RpcReply import_collecting(RpcClient& c, const std::string& library, json::object params,
+  client::RpcReply import_collecting(client::RpcClient& c, const std::string& library, json::object params,
                              std::vector<std::string>& notes) {
     c.initialize();
     params["name"] = library;
-    return c.request(protocol::kImportLibrary, std::move(params), [&](const Message& m) {
+    return c.request(protocol::kImportLibrary, std::move(params), [&](const protocol::Message& m) {
       const json::value p = m.params();  // a fresh copy: keep it
       if (m.method() == protocol::kLog && p.is_object() && p.get_object().contains("message") &&
           p.get_object().at("message").is_string())
@@ -68,7 +68,7 @@ TEST_F(PrewarmImportTest, ImportWithoutArgumentsGetsTheInstanceImportedAhead) {
   ASSERT_EQ(ahead.size(), 1u) << "the prewarmed worker did not import ahead of time";
   const pid_t prewarmed = ahead[0];
 
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto reply = c.import_library("Ahead");  // args [] and kw_args {}: an import without arguments
   RJG_ASSERT_OK(reply);
@@ -157,7 +157,7 @@ TEST_F(PrewarmImportTest, LogsOfTheImportAheadGoToTheGatewayLogOnly) {
                                         prewarmed, logged)))
       << log;
 
-  RpcClient a = connect();
+  client::RpcClient a = connect();
   std::vector<std::string> notes;
   auto reply = import_collecting(a, "Ahead", json::object{}, notes);
   RJG_ASSERT_OK(reply);
@@ -168,7 +168,7 @@ TEST_F(PrewarmImportTest, LogsOfTheImportAheadGoToTheGatewayLogOnly) {
 
   // A session's own import (with arguments: a fresh import, in a worker started for it or in the refill
   // after finalizing its instance imported ahead) relays its import log to that client.
-  RpcClient b = connect();
+  client::RpcClient b = connect();
   std::vector<std::string> notes_b;
   auto reply_b = import_collecting(b, "Ahead", json::object{{"args", json::array{"own"}}}, notes_b);
   RJG_ASSERT_OK(reply_b);
@@ -197,7 +197,7 @@ TEST_F(PrewarmImportTest, FailingImportAheadStopsTheWorkerAndBacksOff) {
       << "failed imports ahead of time did not back off";
   EXPECT_FALSE(contains(gateway().log(), "imported the library ahead of any session"));
 
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto reply = c.import_library("Failing");
   ASSERT_FALSE(reply.ok()) << describe(reply);

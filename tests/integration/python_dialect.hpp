@@ -27,6 +27,6 @@ inline boost::json::value python_value(const boost::json::value& wire) {
 }
 
 // A keyword's value (RunKeywordResult.result) as plain JSON, checked as above.
-inline boost::json::value python_value(const RpcReply& reply) { return python_value(keyword_value(reply)); }
+inline boost::json::value python_value(const client::RpcReply& reply) { return python_value(keyword_value(reply)); }
 
 }  // namespace rjg::test

@@ -44,7 +44,7 @@ TEST_F(ReloadTest, FiftyReloadsUnderLoadCutNoSessionAndLoseNoKeyword) {
   for (int i = 0; i < kSessions; ++i) {
     threads.emplace_back([&, i] {
       try {
-        RpcClient client = connect();
+        client::RpcClient client = connect();
         const auto own = open_library(client, "TestLibrary");
         const auto shared = open_library(client, "Shared");
         const auto generation = client.run_keyword(shared, "Get Env", json::array{"GENERATION"});
@@ -74,7 +74,7 @@ TEST_F(ReloadTest, FiftyReloadsUnderLoadCutNoSessionAndLoseNoKeyword) {
   // The shared worker of generation A that all 20 imports share.
   pid_t first_shared = 0;
   {
-    RpcClient c = connect();
+    client::RpcClient c = connect();
     first_shared = remember_pid(worker_pid(c, open_library(c, "Shared")));
     c.exit();
   }
@@ -97,7 +97,7 @@ TEST_F(ReloadTest, FiftyReloadsUnderLoadCutNoSessionAndLoseNoKeyword) {
     }
     // What is in force now: after a broken file, what the previous good file said (r - 1: odd is B).
     const bool extra_served = broken ? (r - 1) % 2 == 0 : a;
-    RpcClient probe = connect();
+    client::RpcClient probe = connect();
     probe.initialize();
     auto import = probe.import_library("Extra");
     if (extra_served) {
@@ -157,7 +157,7 @@ TEST_F(ReloadTest, ListenersOpenAndCloseAndThreadsWaitForARestart) {
   EXPECT_TRUE(eventually([&] { return !can_connect(gateway().port()); }, 20s)) << "the removed address still accepts";
   auto echo = client.run_keyword(token, "Echo", json::array{"still here"});
   RJG_ASSERT_KEYWORD_OK(echo);
-  RpcClient other(20s);
+  client::RpcClient other(20s);
   other.connect("127.0.0.1", second);
   const auto t = open_library(other, "TestLibrary");
   auto there = other.run_keyword(t, "Echo", json::array{"served on the new address"});

@@ -54,7 +54,7 @@ LibrarySpec tagged_library(const std::string& name, const std::string& route) {
 }
 
 // "Get Env NAME" through token: the string, or "<null>" / "<error ...>" for the failure message.
-std::string get_env(RpcClient& client, const std::string& token, const std::string& name) {
+std::string get_env(client::RpcClient& client, const std::string& token, const std::string& name) {
   auto reply = client.run_keyword(token, "Get Env", json::array{json::string(name)});
   if (!reply.ok() || reply.keyword_error()) return "<error " + describe(reply) + ">";
   auto value = keyword_value(reply);
@@ -63,9 +63,9 @@ std::string get_env(RpcClient& client, const std::string& token, const std::stri
 
 // Runs "Log Messages" with `count` messages; returns the messages relayed before the answer, in the order
 // they arrived. The reply must be the keyword's success with `count`.
-std::vector<std::string> logged_messages(RpcClient& client, const std::string& token, int count, int size = 5) {
+std::vector<std::string> logged_messages(client::RpcClient& client, const std::string& token, int count, int size = 5) {
   std::vector<std::string> logs;
-  auto reply = client.run_keyword(token, "Log Messages", json::array{count, size}, {}, [&](const Message& m) {
+  auto reply = client.run_keyword(token, "Log Messages", json::array{count, size}, {}, [&](const protocol::Message& m) {
     if (m.method() != protocol::kLog) return;
     const json::value value = m.params();  // parsed on demand: a temporary
     if (value.is_object()) {
@@ -431,7 +431,7 @@ TEST_F(UpstreamTest, UpstreamNameIsTheNameImportedThere) {
   auto& worker = direct("Direct");
   start({upstream_library("Bench", address(worker), "upstream_name = \"Direct\"\n"), test_library("TestLibrary")});
 
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   auto init = c.initialize();
   const auto& libraries = init.at("capabilities").at("libraries").as_array();
   EXPECT_EQ(libraries, (json::array{"Bench", "TestLibrary"}));
@@ -446,7 +446,7 @@ TEST_F(UpstreamTest, UpstreamNameIsTheNameImportedThere) {
   // Without upstream_name the gateway's name is imported there, which this server refuses.
   auto& w2 = direct("Other");
   GatewayProcess& plain = other_gateway({upstream_library("Bench", address(w2))});
-  RpcClient c2 = plain.connect();
+  client::RpcClient c2 = plain.connect();
   c2.initialize();
   auto refused = c2.import_library("Bench");
   ASSERT_FALSE(refused.ok()) << describe(refused);
@@ -484,7 +484,7 @@ TEST_F(UpstreamTest, RefusedConnectionFailsThatImportOnly) {
   const std::uint16_t port = free_port();
   ASSERT_FALSE(can_connect(port));
   start({upstream_library("Gone", tcp_address(port)), test_library("TestLibrary")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto reply = c.import_library("Gone");
   RJG_ASSERT_ERROR(reply, protocol::kWorkerFailed);
@@ -510,7 +510,7 @@ TEST_F(UpstreamTest, SilentUpstreamFailsTheImportAfterStartupTimeout) {
   auto spec = upstream_library("Silent", silent.uri());
   spec.startup_timeout = "1s";
   start({spec, test_library("TestLibrary")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto reply = c.import_library("Silent");
   RJG_ASSERT_ERROR(reply, protocol::kWorkerTimeout);
@@ -569,7 +569,7 @@ TEST_F(UpstreamTest, ConnectThatNeverCompletesFailsAfterConnectTimeout) {
 
   auto spec = upstream_library("Stuck", tcp_address(port), "connect_timeout = \"1s\"\n");
   start({spec, test_library("TestLibrary")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto reply = c.import_library("Stuck");
   ASSERT_FALSE(reply.ok()) << describe(reply);
@@ -653,13 +653,13 @@ TEST_F(UpstreamTest, MaxWorkersCapsUpstreamConnections) {
   FakeUpstream fake(FakeUpstream::Mode::serve, "Fake");
   start({upstream_library("Fake", fake.uri(), "max_workers = 1\nqueue_timeout = \"0s\"\n")});
   auto [c1, t1] = session("Fake");
-  RpcClient c2 = connect();
+  client::RpcClient c2 = connect();
   c2.initialize();
   auto refused = c2.import_library("Fake");
   RJG_ASSERT_ERROR(refused, protocol::kAtCapacity);
   RJG_ASSERT_OK(c1.finalize_library(t1));
   // The connection is given back once the finalize is done there; bounded retries until then.
-  std::optional<RpcReply> admitted;
+  std::optional<client::RpcReply> admitted;
   eventually(
       [&] {
         auto r = c2.import_library("Fake");
@@ -826,7 +826,7 @@ using GlobRouteTest = GatewayTest;
 
 TEST_F(GlobRouteTest, ImportedNameReachesCommandAndEnvironment) {
   start({glob_library("Lab*", "glob"), test_library("TestLibrary")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   auto init = c.initialize();
   EXPECT_EQ(init.at("capabilities").at("libraries").as_array(), (json::array{"Lab*", "TestLibrary"}));
   auto reply = c.import_library("LabPower");
@@ -852,7 +852,7 @@ TEST_F(GlobRouteTest, ImportedNameReachesCommandAndEnvironment) {
 
 TEST_F(GlobRouteTest, ExactNamesWinOverGlobsWhateverTheOrder) {
   start({glob_library("Lab*", "glob"), tagged_library("LabExact", "exact")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto exact = c.import_library("LabExact");
   RJG_ASSERT_OK(exact);
@@ -869,7 +869,7 @@ TEST_F(GlobRouteTest, ExactNamesWinOverGlobsWhateverTheOrder) {
 
 TEST_F(GlobRouteTest, FirstMatchingGlobInFileOrderServes) {
   start({glob_library("Lab*", "first"), glob_library("La*", "second")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   auto init = c.initialize();
   EXPECT_EQ(init.at("capabilities").at("libraries").as_array(), (json::array{"Lab*", "La*"}));
   auto lab = c.import_library("LabX");
@@ -888,7 +888,7 @@ TEST_F(GlobRouteTest, FirstMatchingGlobInFileOrderServes) {
 // Only what can be a library name passes a glob; the refusal comes before anything is started.
 TEST_F(GlobRouteTest, HostileNamesAreRefusedBeforeAnythingStarts) {
   start({glob_library("Lab*", "glob")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   // Matching the glob, but not library names.
   for (std::string name : {"Lab-c", "Lab/../x", "Lab/b", "Lab b", "Lab;id", "Lab$(id)", "Lab{library}", "Lab.",
@@ -918,7 +918,7 @@ TEST_F(GlobRouteTest, HostileNamesAreRefusedBeforeAnythingStarts) {
 
 TEST_F(GlobRouteTest, DenyListRefusesTheNameAndItsSubmodules) {
   start({glob_library("Lab*", "glob", "deny = [\"LabSecret\"]\n")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   for (std::string name : {"LabSecret", "LabSecret.sub", "LabSecret.sub.deeper"}) {
     SCOPED_TRACE(name);
@@ -942,7 +942,7 @@ TEST_F(GlobRouteTest, DenyListRefusesTheNameAndItsSubmodules) {
 TEST_F(GlobRouteTest, DottedNamesAreRefusedUnlessTheEntryAllowsThem) {
   start({glob_library("Lab*", "plain"), glob_library("Kit*", "dotted", "dotted = true\n"),
          glob_library("Org.Dev*", "literal")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   // paramiko and requests are in no deny list: only the rule on dots keeps them out.
   for (std::string name : {"LabPower.paramiko", "LabPower.requests", "LabPower.Tools", "LabPower.a.b"}) {
@@ -988,7 +988,7 @@ TEST_F(GlobRouteTest, DottedNamesAreRefusedUnlessTheEntryAllowsThem) {
 TEST_F(GlobRouteTest, DefaultDenyListCoversStandardLibraries) {
   start({glob_library("Pro*", "pro"), glob_library("os*", "os"), glob_library("Bu*", "bu"),
          glob_library("Any*", "any", "deny = []\n")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   for (std::string name : {"Process", "os.path", "BuiltIn"}) {
     SCOPED_TRACE(name);
@@ -1011,7 +1011,7 @@ TEST_F(GlobRouteTest, DefaultDenyListCoversStandardLibraries) {
 // '?' is exactly one character, '*' one or more.
 TEST_F(GlobRouteTest, QuestionMarkIsOneCharacter) {
   start({glob_library("Ch?", "one"), glob_library("Chan*", "many")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto one = c.import_library("Ch1");
   RJG_ASSERT_OK(one);
@@ -1032,7 +1032,7 @@ TEST_F(GlobRouteTest, QuestionMarkIsOneCharacter) {
 // An empty import name (the client's default library) never selects a glob.
 TEST_F(GlobRouteTest, EmptyNameGoesToTheFirstExactEntry) {
   start({glob_library("Lab*", "glob"), tagged_library("Plain", "exact")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto reply = c.import_library("");
   RJG_ASSERT_OK(reply);
@@ -1043,7 +1043,7 @@ TEST_F(GlobRouteTest, EmptyNameGoesToTheFirstExactEntry) {
 
 TEST_F(GlobRouteTest, EmptyNameWithOnlyGlobsIsAnError) {
   start({glob_library("Lab*", "glob")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto reply = c.import_library("");
   RJG_EXPECT_ERROR_CODE(reply, protocol::kUnknownLibrary);
@@ -1055,7 +1055,7 @@ TEST_F(GlobRouteTest, CommandWithoutTheNameGetsItInTheImport) {
   auto spec = test_library("Fixed");
   spec.name = "Fix*";
   start({spec});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto ok = c.import_library("Fixed");
   RJG_ASSERT_OK(ok);

@@ -26,7 +26,7 @@ using SessionTest = GatewayTest;
 
 TEST_F(SessionTest, FullSessionLikeTheRealClient) {
   start();
-  RpcClient c = connect();
+  client::RpcClient c = connect();
 
   json::object init_params;
   init_params["capabilities"] = json::object{};
@@ -130,7 +130,7 @@ TEST_F(SessionTest, GatewayTokenIsNotTheWorkersAndEachImportGetsItsOwn) {
   } catch (const std::exception& e) {
     FAIL() << "cannot compare with a direct worker: " << e.what();
   }
-  RpcClient d(20s);
+  client::RpcClient d(20s);
   d.connect(direct.host(), direct.port());
   d.initialize();
   auto dimport = d.import_library("TestLibrary");
@@ -149,7 +149,7 @@ TEST_F(SessionTest, GatewayTokenIsNotTheWorkersAndEachImportGetsItsOwn) {
 
 TEST_F(SessionTest, RequestIdsRoundTripExactly) {
   start();
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   auto init = c.request_with_id(json::value(7), protocol::kInitialize, json::object{});
   RJG_ASSERT_OK(init);
   ASSERT_TRUE(init.id.is_int64()) << describe(init);
@@ -185,10 +185,10 @@ TEST_F(SessionTest, RequestIdsRoundTripExactly) {
 TEST_F(SessionTest, PipelinedHandshakeLikeTheRealClient) {
   // The real client sends initialize, initialized and import_library back to back.
   start();
-  RpcClient c = connect();
-  std::string bytes = encode_frame(make_request("1", protocol::kInitialize, json::object{})) +
-                      encode_frame(make_notification(protocol::kInitialized, json::object{})) +
-                      encode_frame(make_request("2", protocol::kImportLibrary, json::object{{"name", "TestLibrary"}}));
+  client::RpcClient c = connect();
+  std::string bytes = protocol::encode_frame(protocol::make_request("1", protocol::kInitialize, json::object{})) +
+                      protocol::encode_frame(protocol::make_notification(protocol::kInitialized, json::object{})) +
+                      protocol::encode_frame(protocol::make_request("2", protocol::kImportLibrary, json::object{{"name", "TestLibrary"}}));
   c.send_raw(bytes);
   auto init = c.wait_reply("1");
   RJG_ASSERT_OK(init);
@@ -196,9 +196,9 @@ TEST_F(SessionTest, PipelinedHandshakeLikeTheRealClient) {
   RJG_ASSERT_OK(imported);
   std::string token(imported.result->as_object().at("token").as_string());
   // finalize, shutdown, exit back to back, then close without reading (the real client may).
-  c.send_raw(encode_frame(make_request("3", protocol::kFinalizeLibrary, json::object{{"token", token}})) +
-             encode_frame(make_request("4", protocol::kShutdown, json::object{})) +
-             encode_frame(make_notification(protocol::kExit, json::object{})));
+  c.send_raw(protocol::encode_frame(protocol::make_request("3", protocol::kFinalizeLibrary, json::object{{"token", token}})) +
+             protocol::encode_frame(protocol::make_request("4", protocol::kShutdown, json::object{})) +
+             protocol::encode_frame(protocol::make_notification(protocol::kExit, json::object{})));
   auto fin = c.wait_reply("3");
   RJG_EXPECT_OK(fin);
   auto down = c.wait_reply("4");
@@ -218,12 +218,12 @@ TEST_F(SessionTest, UnknownFieldsSurvive) {
                              .as_object();
   message["params"].as_object()["library_token"] = token;
   message["params"].as_object()["args"] = json::array{value};
-  c.send_raw(encode_frame(json::serialize(message)));
+  c.send_raw(protocol::encode_frame(json::serialize(message)));
   auto reply = c.wait_reply("u1");
   RJG_ASSERT_KEYWORD_OK(reply);
   EXPECT_EQ(keyword_value(reply), value) << describe(reply);
   // Absent args and kwargs are fine too.
-  c.send_raw(encode_frame(json::serialize(json::object{
+  c.send_raw(protocol::encode_frame(json::serialize(json::object{
       {"jsonrpc", "2.0"}, {"id", "u2"}, {"method", "robot/run_keyword"},
       {"params", json::object{{"library_token", token}, {"name", "Get Pid"}}}})));
   auto pid_reply = c.wait_reply("u2");
@@ -249,7 +249,7 @@ TEST_F(SessionTest, EmptyNameImportsTheFirstConfiguredLibrary) {
 
 TEST_F(SessionTest, UnknownLibraryNamesTheRequestAndTheAvailableOnes) {
   start();
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   auto reply = c.import_library("NoSuchLib");
   RJG_ASSERT_ERROR(reply, protocol::kUnknownLibrary);
@@ -265,7 +265,7 @@ TEST_F(SessionTest, UnknownLibraryNamesTheRequestAndTheAvailableOnes) {
 
 TEST_F(SessionTest, RequestsBeforeInitializeAreRefusedWithTheirId) {
   start();
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   auto run = c.request(protocol::kRunKeyword, parse(R"({"library_token": "x", "name": "Echo", "args": [1]})"));
   RJG_ASSERT_ERROR(run, protocol::kNotInitialized);
   EXPECT_EQ(run.id, json::value("1")) << describe(run);
@@ -296,20 +296,20 @@ TEST_F(SessionTest, RequestsBeforeInitializeAreRefusedWithTheirId) {
 
 TEST_F(SessionTest, MalformedJsonIsAnsweredAndTheConnectionStaysUsable) {
   start();
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   // Before initialize.
-  c.send_raw(encode_frame(R"({"jsonrpc": "2.0", "method": )"));
+  c.send_raw(protocol::encode_frame(R"({"jsonrpc": "2.0", "method": )"));
   auto m = c.read_message(20s);
   ASSERT_TRUE(m.has_value()) << "no answer to malformed JSON";
-  ASSERT_EQ(m->kind, Message::Kind::error_response) << m->text();
+  ASSERT_EQ(m->kind, protocol::Message::Kind::error_response) << m->text();
   EXPECT_EQ(m->error().at("code"), json::value(protocol::kParseError)) << m->text();
 
   std::string token = open_library(c, "TestLibrary");
   // After import, between keywords.
-  c.send_raw(encode_frame("this is not json at all"));
+  c.send_raw(protocol::encode_frame("this is not json at all"));
   m = c.read_message(20s);
   ASSERT_TRUE(m.has_value()) << "no answer to malformed JSON";
-  ASSERT_EQ(m->kind, Message::Kind::error_response) << m->text();
+  ASSERT_EQ(m->kind, protocol::Message::Kind::error_response) << m->text();
   EXPECT_EQ(m->error().at("code"), json::value(protocol::kParseError)) << m->text();
 
   auto echo = c.run_keyword(token, "Echo", json::array{"still here"});
@@ -336,7 +336,7 @@ TEST_F(SessionTest, LogsArriveInOrderBeforeTheAnswer) {
   start();
   auto [c, token] = session();
   std::vector<json::object> logs;
-  auto on_log = [&](const Message& m) {
+  auto on_log = [&](const protocol::Message& m) {
     if (m.method() == protocol::kLog && m.params().is_object()) logs.push_back(m.params().get_object());
   };
   auto reply = c.run_keyword(token, "Log Messages", json::array{200}, {}, on_log);
@@ -348,7 +348,7 @@ TEST_F(SessionTest, LogsArriveInOrderBeforeTheAnswer) {
   }
   // No log of that keyword comes after its answer.
   std::vector<json::object> late;
-  auto echo = c.run_keyword(token, "Echo", json::array{"x"}, {}, [&](const Message& m) {
+  auto echo = c.run_keyword(token, "Echo", json::array{"x"}, {}, [&](const protocol::Message& m) {
     if (m.method() == protocol::kLog && m.params().is_object()) late.push_back(m.params().get_object());
   });
   RJG_ASSERT_KEYWORD_OK(echo);
@@ -385,7 +385,7 @@ TEST_F(SessionTest, PipelinedCallsOnOneTokenKeepTheirLogs) {
   }
   for (int i = 0; i < 3; ++i) {
     std::vector<std::string> logs;
-    auto reply = c.wait_reply(ids[i], [&](const Message& m) {
+    auto reply = c.wait_reply(ids[i], [&](const protocol::Message& m) {
       if (m.method() == protocol::kLog) logs.emplace_back(m.params().as_object().at("message").as_string());
     });
     RJG_ASSERT_KEYWORD_OK(reply);
@@ -400,11 +400,11 @@ TEST_F(SessionTest, LogsGoOnlyToTheSessionThatRunsTheKeyword) {
   auto [a, ta] = session();
   auto [b, tb] = session();
   std::size_t a_logs = 0, b_logs = 0;
-  auto ra = a.run_keyword(ta, "Log Messages", json::array{50}, {}, [&](const Message& m) {
+  auto ra = a.run_keyword(ta, "Log Messages", json::array{50}, {}, [&](const protocol::Message& m) {
     if (m.method() == protocol::kLog) ++a_logs;
   });
   RJG_ASSERT_KEYWORD_OK(ra);
-  auto rb = b.run_keyword(tb, "Echo", json::array{"b"}, {}, [&](const Message& m) {
+  auto rb = b.run_keyword(tb, "Echo", json::array{"b"}, {}, [&](const protocol::Message& m) {
     if (m.method() == protocol::kLog) ++b_logs;
   });
   RJG_ASSERT_KEYWORD_OK(rb);
@@ -513,7 +513,7 @@ TEST_F(SessionTest, PipelinedRequestsBeyondTheCapAreRefusedAtOnce) {
   auto [c, token] = session();
   std::string frames;
   for (int i = 0; i < 100; ++i) {
-    frames += encode_frame(json::serialize(json::object{
+    frames += protocol::encode_frame(json::serialize(json::object{
         {"jsonrpc", "2.0"}, {"id", "p" + std::to_string(i)}, {"method", "robot/run_keyword"},
         {"params", json::object{{"library_token", token}, {"name", "Sleep"}, {"args", json::array{30}}}}}));
   }
@@ -523,7 +523,7 @@ TEST_F(SessionTest, PipelinedRequestsBeyondTheCapAreRefusedAtOnce) {
   while (refused.size() < 36) {
     auto m = c.read_message(std::chrono::seconds(20));
     ASSERT_TRUE(m) << "only " << refused.size() << " refusals arrived";
-    ASSERT_EQ(m->kind, Message::Kind::response) << m->text();
+    ASSERT_EQ(m->kind, protocol::Message::Kind::response) << m->text();
     const auto failure = keyword_failure_of(*m);
     ASSERT_TRUE(failure) << m->text();
     EXPECT_EQ(failure->type, protocol::keyword_error_type(protocol::kAtCapacity)) << m->text();

@@ -144,12 +144,12 @@ class SoakConn {
     ++next_id_;
     outstanding_[json::serialize(id)] = std::string(method);
     ++shared_.stats.requests;
-    write_in_pieces(encode_frame(make_request(id, method, std::move(params))));
+    write_in_pieces(protocol::encode_frame(protocol::make_request(id, method, std::move(params))));
     return id;
   }
 
   void notify(std::string_view method, json::value params) {
-    write_in_pieces(encode_frame(make_notification(method, std::move(params))));
+    write_in_pieces(protocol::encode_frame(protocol::make_notification(method, std::move(params))));
   }
 
   json::value run(const std::string& token, std::string_view keyword, json::array args) {
@@ -170,7 +170,7 @@ class SoakConn {
       if (!write_error_.empty()) return;
       try {
         client_.send_raw(std::string_view(bytes).substr(at[i], at[i + 1] - at[i]));
-      } catch (const RpcError& e) {
+      } catch (const client::RpcError& e) {
         // The gateway closed the connection (after a framing error, say); reading shows what it said.
         write_error_ = e.what();
         return;
@@ -181,12 +181,12 @@ class SoakConn {
   }
 
   // Reads until `id` is answered; nullopt (and a failure) if the connection closes or the bound passes.
-  std::optional<Message> wait(const json::value& id, std::chrono::milliseconds bound = kAnswerBound) {
+  std::optional<protocol::Message> wait(const json::value& id, std::chrono::milliseconds bound = kAnswerBound) {
     const auto key = json::serialize(id);
     auto deadline = Clock::now() + bound;
     for (;;) {
       if (auto it = answers_.find(key); it != answers_.end()) {
-        Message m = std::move(it->second);
+        protocol::Message m = std::move(it->second);
         answers_.erase(it);
         return m;
       }
@@ -225,7 +225,7 @@ class SoakConn {
     outstanding_.clear();
   }
 
-  std::vector<Message>& null_id_errors() { return null_id_errors_; }
+  std::vector<protocol::Message>& null_id_errors() { return null_id_errors_; }
   std::uint64_t logs() const { return logs_; }
   bool closed() const { return closed_; }
   std::size_t outstanding() const { return outstanding_.size(); }
@@ -234,11 +234,11 @@ class SoakConn {
   // Reads one message (or the close); false on timeout.
   bool read_one(Clock::time_point deadline) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    std::optional<Message> m;
+    std::optional<protocol::Message> m;
     try {
       m = client_.read_message(std::max(left, 1ms));
-    } catch (const RpcError& e) {
-      if (e.kind() != RpcError::Kind::closed) fail(fmt::format("connection error: {}", e.what()));
+    } catch (const client::RpcError& e) {
+      if (e.kind() != client::RpcError::Kind::closed) fail(fmt::format("connection error: {}", e.what()));
       closed_ = true;
       return true;
     }
@@ -247,19 +247,19 @@ class SoakConn {
     return true;
   }
 
-  void handle(Message m) {
+  void handle(protocol::Message m) {
     switch (m.kind) {
-      case Message::Kind::notification:
+      case protocol::Message::Kind::notification:
         if (m.method() == protocol::kLog) {
           ++logs_;
           ++shared_.stats.logs;
         }
         return;
-      case Message::Kind::request:
+      case protocol::Message::Kind::request:
         fail("the gateway sent a request: " + m.text());
         return;
-      case Message::Kind::response:
-      case Message::Kind::error_response: {
+      case protocol::Message::Kind::response:
+      case protocol::Message::Kind::error_response: {
         if (m.id().is_null()) {
           null_id_errors_.push_back(std::move(m));
           return;
@@ -286,12 +286,12 @@ class SoakConn {
   Shared& shared_;
   std::mt19937& rng_;
   std::string label_;
-  RpcClient client_;
+  client::RpcClient client_;
   std::uint64_t next_id_ = 1;
   std::map<std::string, std::string> outstanding_;  // id (serialized) -> method
   std::set<std::string> answered_;
-  std::map<std::string, Message> answers_;  // answered, not yet taken by wait()
-  std::vector<Message> null_id_errors_;
+  std::map<std::string, protocol::Message> answers_;  // answered, not yet taken by wait()
+  std::vector<protocol::Message> null_id_errors_;
   std::uint64_t logs_ = 0;
   std::string write_error_;     // why writing failed, once it has
   bool closed_ = false;         // the gateway closed (EOF seen)
@@ -299,25 +299,25 @@ class SoakConn {
 };
 
 // Message's tree views parse a fresh copy on each call: each helper keeps the copy it reads from.
-std::string error_message_of(const Message& m) {
+std::string error_message_of(const protocol::Message& m) {
   const json::object err = m.error();
   auto it = err.find("message");
   return it != err.end() && it->value().is_string() ? std::string(it->value().get_string()) : "";
 }
-int error_code_of(const Message& m) {
+int error_code_of(const protocol::Message& m) {
   const json::object err = m.error();
   auto it = err.find("code");
   return it != err.end() && it->value().is_int64() ? static_cast<int>(it->value().get_int64()) : 0;
 }
-std::optional<json::value> keyword_result(const Message& m) {
-  if (m.kind != Message::Kind::response) return std::nullopt;
+std::optional<json::value> keyword_result(const protocol::Message& m) {
+  if (m.kind != protocol::Message::Kind::response) return std::nullopt;
   const json::value result = m.result();
   if (!result.is_object()) return std::nullopt;
   auto it = result.get_object().find("result");
   return it == result.get_object().end() ? json::value(nullptr) : it->value();
 }
-std::optional<json::object> keyword_error(const Message& m) {
-  if (m.kind != Message::Kind::response) return std::nullopt;
+std::optional<json::object> keyword_error(const protocol::Message& m) {
+  if (m.kind != protocol::Message::Kind::response) return std::nullopt;
   const json::value result = m.result();
   if (!result.is_object()) return std::nullopt;
   auto it = result.get_object().find("error");
@@ -340,7 +340,7 @@ class Episodes {
                               json::object{{"capabilities", json::object{}},
                                            {"client_info", json::object{{"name", "soak"}, {"version", "0"}}}}));
     if (!init) return "";
-    if (init->kind != Message::Kind::response) {
+    if (init->kind != protocol::Message::Kind::response) {
       c.fail("initialize failed: " + init->text());
       return "";
     }
@@ -352,7 +352,7 @@ class Episodes {
     auto imported = c.wait(c.send(protocol::kImportLibrary,
                                   json::object{{"name", library}, {"args", json::array{}}, {"kw_args", json::object{}}}));
     if (!imported) return "";
-    if (imported->kind != Message::Kind::response || !imported->result().is_object() ||
+    if (imported->kind != protocol::Message::Kind::response || !imported->result().is_object() ||
         !imported->result().get_object().contains("token")) {
       c.fail("import failed: " + imported->text());
       return "";
@@ -376,7 +376,7 @@ class Episodes {
   // shutdown, exit, and the gateway closes the connection; nothing may be left unanswered.
   void finish(SoakConn& c) {
     auto bye = c.wait(c.send(protocol::kShutdown, json::object{}));
-    if (bye && bye->kind != Message::Kind::response) c.fail("shutdown failed: " + bye->text());
+    if (bye && bye->kind != protocol::Message::Kind::response) c.fail("shutdown failed: " + bye->text());
     c.notify(protocol::kExit, json::object{});
     if (!c.drain_until_closed()) c.fail("the gateway did not close the connection after robot/exit");
     c.expect_all_answered("after robot/exit");
@@ -465,7 +465,7 @@ class Episodes {
     }
     if (std::uniform_int_distribution<int>(0, 1)(rng_) == 0) {
       auto fin = c.wait(c.send(protocol::kFinalizeLibrary, json::object{{"token", token}}));
-      if (fin && fin->kind != Message::Kind::response) c.fail("finalize failed: " + fin->text());
+      if (fin && fin->kind != protocol::Message::Kind::response) c.fail("finalize failed: " + fin->text());
     }
     if (std::uniform_int_distribution<int>(0, 4)(rng_) == 0) {
       // Hang up without saying goodbye (nothing is outstanding).
@@ -492,7 +492,7 @@ class Episodes {
     if (auto m = c.wait(before); m && (!keyword_result(*m) || *keyword_result(*m) != json::value("before")))
       c.fail("Echo before the crash: " + m->text());
     // Each fails as a keyword (a result with an error), never as the session.
-    auto failure_type = [](const Message& m) -> std::string {
+    auto failure_type = [](const protocol::Message& m) -> std::string {
       const auto err = keyword_error(m);
       return err && err->contains("type") && err->at("type").is_string() ? std::string(err->at("type").get_string())
                                                                           : std::string();
@@ -542,7 +542,7 @@ class Episodes {
     std::string token = open(c);
     if (token.empty()) return;
     get_pid(c, token);
-    std::string bytes = encode_frame(make_request("cut", protocol::kRunKeyword,
+    std::string bytes = protocol::encode_frame(protocol::make_request("cut", protocol::kRunKeyword,
                                                   json::object{{"library_token", token},
                                                                {"name", "Echo"},
                                                                {"args", json::array{random_value(rng_, 2)}},

@@ -207,7 +207,7 @@ class SocketActivationTest : public GatewayTest {
 
   // A session served on `port`: one keyword runs, and the worker inherited stdin, stdout and stderr only.
   void expect_served(std::uint16_t port) {
-    RpcClient client(20s);
+    client::RpcClient client(20s);
     client.connect("127.0.0.1", port);
     auto token = open_library(client, "TestLibrary");
     auto echo = client.run_keyword(token, "Echo", json::array{"served"});
@@ -284,7 +284,7 @@ TEST(JournalTest, LinesCarryAPriorityAndNoTimestampOnlyWhenStderrIsTheJournal) {
   journal.options().env["JOURNAL_STREAM"] = journal_stream_of(journal.stderr_path());
   journal.start();
   {
-    RpcClient client = journal.connect();
+    client::RpcClient client = journal.connect();
     open_library(client, "TestLibrary");
   }
   const auto log = journal.log();
@@ -306,7 +306,7 @@ TEST(JournalTest, JsonLogsAreOneObjectPerLine) {
   GatewayProcess gateway({test_library("TestLibrary")}, options);
   gateway.start();
   {
-    RpcClient client = gateway.connect();
+    client::RpcClient client = gateway.connect();
     auto token = open_library(client, "TestLibrary");
     auto printed = client.run_keyword(token, "Print Stderr", json::array{"quote \" and tab \t"});
     RJG_ASSERT_KEYWORD_OK(printed);

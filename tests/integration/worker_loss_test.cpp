@@ -15,13 +15,13 @@ namespace {
 class WorkerLossTest : public GatewayTest {
  protected:
   // The type of a keyword's failure; "" when the reply is not one.
-  static std::string failure_type(const RpcReply& reply) {
+  static std::string failure_type(const client::RpcReply& reply) {
     const auto* error = reply.ok() ? reply.keyword_error() : nullptr;
     if (!error) return "";
     const auto* type = error->if_contains("type");
     return type && type->is_string() ? std::string(type->get_string()) : std::string("<no type>");
   }
-  static std::string failure_text(const RpcReply& reply) {
+  static std::string failure_text(const client::RpcReply& reply) {
     const auto* error = reply.ok() ? reply.keyword_error() : nullptr;
     if (!error) return describe(reply);
     const auto* message = error->if_contains("message");
@@ -29,9 +29,9 @@ class WorkerLossTest : public GatewayTest {
   }
 
   // A keyword with the WARN messages relayed before its answer.
-  RpcReply run_collecting(RpcClient& c, const std::string& token, const std::string& keyword, json::array args,
+  client::RpcReply run_collecting(client::RpcClient& c, const std::string& token, const std::string& keyword, json::array args,
                           std::vector<std::string>& warnings) {
-    return c.run_keyword(token, keyword, std::move(args), {}, [&](const Message& m) {
+    return c.run_keyword(token, keyword, std::move(args), {}, [&](const protocol::Message& m) {
       if (m.method() != protocol::kLog) return;
       const json::value params = m.params();  // a value of its own: params() is made for each call
       const auto* p = params.if_object();
@@ -155,7 +155,7 @@ TEST_F(WorkerLossTest, FailModeAnswersEveryLaterKeywordThatTheInstanceIsGone) {
   auto lib = test_library("TestLibrary");
   lib.extra_toml = "on_worker_loss = \"fail\"\n";
   start({lib, test_library("SecondLibrary")});
-  RpcClient c = connect();
+  client::RpcClient c = connect();
   c.initialize();
   const std::string token = open_library(c, "TestLibrary");
   const std::string other = open_library(c, "SecondLibrary");

@@ -20,24 +20,24 @@
 
 namespace {
 
-namespace gw = rjg::gateway;
-namespace params = rjg::params;
+namespace session = rjg::gateway::session;
+namespace protocol = rjg::protocol;
 using rjg::config::Arguments;
 
-rjg::Message request(std::string_view method, std::string_view params_text) {
-  auto parsed = rjg::parse_message(
+rjg::protocol::Message request(std::string_view method, std::string_view params_text) {
+  auto parsed = rjg::protocol::parse_message(
       fmt::format(R"({{"jsonrpc":"2.0","id":7,"method":"{}","params":{}}})", method, params_text));
-  return std::get<rjg::Message>(parsed);
+  return std::get<rjg::protocol::Message>(parsed);
 }
 
-params::RunKeyword run_keyword(std::string_view params_text) {
-  auto bound = params::bind_run_keyword(request("robot/run_keyword", params_text));
-  return std::get<params::RunKeyword>(bound);
+protocol::RunKeyword run_keyword(std::string_view params_text) {
+  auto bound = protocol::bind_run_keyword(request("robot/run_keyword", params_text));
+  return std::get<protocol::RunKeyword>(bound);
 }
 
-params::ImportLibrary import_library(std::string_view params_text) {
-  auto bound = params::bind_import_library(request("robot/import_library", params_text));
-  return std::get<params::ImportLibrary>(bound);
+protocol::ImportLibrary import_library(std::string_view params_text) {
+  auto bound = protocol::bind_import_library(request("robot/import_library", params_text));
+  return std::get<protocol::ImportLibrary>(bound);
 }
 
 rjg::config::Library library() {
@@ -47,11 +47,11 @@ rjg::config::Library library() {
 }
 
 TEST(ArgumentGuard, Detection) {
-  EXPECT_TRUE(gw::escapes_arguments(Arguments::auto_, "RobotJsonRpcRemoteServer"));
-  EXPECT_FALSE(gw::escapes_arguments(Arguments::auto_, "TestLibrary"));
-  EXPECT_FALSE(gw::escapes_arguments(Arguments::auto_, ""));
-  EXPECT_TRUE(gw::escapes_arguments(Arguments::escape, ""));
-  EXPECT_FALSE(gw::escapes_arguments(Arguments::as_is, "RobotJsonRpcRemoteServer"));
+  EXPECT_TRUE(session::escapes_arguments(Arguments::auto_, "RobotJsonRpcRemoteServer"));
+  EXPECT_FALSE(session::escapes_arguments(Arguments::auto_, "TestLibrary"));
+  EXPECT_FALSE(session::escapes_arguments(Arguments::auto_, ""));
+  EXPECT_TRUE(session::escapes_arguments(Arguments::escape, ""));
+  EXPECT_FALSE(session::escapes_arguments(Arguments::as_is, "RobotJsonRpcRemoteServer"));
 }
 
 // The reference server's own initialize answers (recorded traffic) are what "auto" recognizes.
@@ -67,7 +67,7 @@ TEST(ArgumentGuard, AutoRecognizesTheReferenceServerOfTheTraces) {
       const auto* result = body.as_object().if_contains("result");
       if (!result || !result->is_object() || !result->as_object().contains("server_info")) continue;
       const auto& server_name = result->as_object().at("server_info").at("name").as_string();
-      EXPECT_TRUE(gw::escapes_arguments(Arguments::auto_, server_name));
+      EXPECT_TRUE(session::escapes_arguments(Arguments::auto_, server_name));
       ++answers;
     }
   }
@@ -80,7 +80,7 @@ TEST(ArgumentGuard, RunKeywordEscapesTopLevelStringsOnlyAndKeepsEveryOtherByte) 
       R"( "args": [ "${SPACE}" , 1.50, -0.0, "ok", ["${nested}"], {"k": "${nested}"}, "a\\b", "AND", "x=1" ],)"
       R"( "extra": "${untouched}"})";
   auto p = run_keyword(text);
-  EXPECT_EQ(gw::escape_arguments(p), 6u);
+  EXPECT_EQ(session::escape_arguments(p), 6u);
   EXPECT_EQ(p.text,
             R"({ "kwargs" : {"a\\=b": "\\${x}", "n": 1e400, "plain": "p"}, "library_token":"tok", "name":"K",)"
             R"( "args": [ "\\${SPACE}" , 1.50, -0.0, "ok", ["${nested}"], {"k": "${nested}"}, "a\\\\b", "\\AND", "x\\=1" ],)"
@@ -95,7 +95,7 @@ TEST(ArgumentGuard, RunKeywordEscapesTopLevelStringsOnlyAndKeepsEveryOtherByte) 
 TEST(ArgumentGuard, NothingToEscapeLeavesTheTextAlone) {
   const std::string text = R"({"library_token":"t","name":"K","args":["a", 1, null, "päivää"],"kwargs":{"b":"c"}})";
   auto p = run_keyword(text);
-  EXPECT_EQ(gw::escape_arguments(p), 0u);
+  EXPECT_EQ(session::escape_arguments(p), 0u);
   EXPECT_EQ(p.text, text);
 }
 
@@ -103,7 +103,7 @@ TEST(ArgumentGuard, ImportEscapesArgsAndKwArgsNamesAndValues) {
   const std::string text = R"({"name":"Lib","args":["%{HOME}", 2],"kw_args":{"k${x}": "v\\", "n": 3, "l": ["ok", 1]}})";
   auto p = import_library(text);
   std::size_t changed = 0;
-  auto refused = gw::escape_arguments(p, library(), &changed);
+  auto refused = session::escape_arguments(p, library(), &changed);
   ASSERT_FALSE(refused) << refused->message;
   EXPECT_EQ(changed, 3u);
   EXPECT_EQ(p.text, R"({"name":"Lib","args":["\\%{HOME}", 2],"kw_args":{"k\\${x}": "v\\\\", "n": 3, "l": ["ok", 1]}})");
@@ -125,7 +125,7 @@ TEST(ArgumentGuard, KwArgsValuesMadeTextAreRefusedWhenAStringWouldBeEvaluated) {
     SCOPED_TRACE(value);
     auto p = import_library(fmt::format(R"({{"name":"Lib","kw_args":{{"opts": {}}}}})", value));
     const std::string before = p.text;
-    auto refused = gw::escape_arguments(p, library());
+    auto refused = session::escape_arguments(p, library());
     ASSERT_TRUE(refused);
     EXPECT_NE(refused->message.find("kw_args.opts"), std::string::npos) << refused->message;
     EXPECT_NE(refused->message.find("'${SPACE}'"), std::string::npos) << refused->message;
@@ -137,17 +137,17 @@ TEST(ArgumentGuard, KwArgsValuesMadeTextAreRefusedWhenAStringWouldBeEvaluated) {
   const std::string clean = hex(std::string("\x80\x04]\x28\x8c\x05plain\x8c\x03x=1e.", 18));
   auto p = import_library(fmt::format(R"({{"name":"Lib","kw_args":{{"opts": {{"__pickled__":"{}"}}, "l": [1, "a b"]}}}})", clean));
   const std::string before = p.text;
-  EXPECT_FALSE(gw::escape_arguments(p, library()));
+  EXPECT_FALSE(session::escape_arguments(p, library()));
   EXPECT_EQ(p.text, before);
   // A pickle that cannot be lexed is refused.
   p = import_library(R"({"name":"Lib","kw_args":{"opts": {"__pickled__":"8004ff"}}})");
-  auto refused = gw::escape_arguments(p, library());
+  auto refused = session::escape_arguments(p, library());
   ASSERT_TRUE(refused);
   EXPECT_NE(refused->message.find("cannot be read"), std::string::npos) << refused->message;
 }
 
 // visit_pickle_strings lexes every real pickle of Robot values and reports their strings.
-class Collect final : public rjg::PickleTextVisitor {
+class Collect final : public rjg::pickle::PickleTextVisitor {
  public:
   bool text(std::string_view value, bool is_bytes) override {
     seen.emplace_back(value, is_bytes);
@@ -162,7 +162,7 @@ TEST(ArgumentGuard, PickleStringsOfTheBenignCorpus) {
     std::ifstream in(entry.path(), std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     Collect strings;
-    EXPECT_FALSE(rjg::visit_pickle_strings(bytes, strings)) << entry.path();
+    EXPECT_FALSE(rjg::pickle::visit_pickle_strings(bytes, strings)) << entry.path();
     ++files;
     if (entry.path().filename().string().starts_with("DotDict_p")) {
       // STACK_GLOBAL's module and class names are strings of the stream too.
@@ -174,8 +174,8 @@ TEST(ArgumentGuard, PickleStringsOfTheBenignCorpus) {
   EXPECT_GT(files, 100u);
   // Truncated streams are reported, not read past.
   Collect strings;
-  EXPECT_TRUE(rjg::visit_pickle_strings(std::string("\x80\x04\x8c\x09" "abc", 6), strings));
-  EXPECT_TRUE(rjg::visit_pickle_strings(std::string("\x80\x04]", 3), strings));  // no STOP
+  EXPECT_TRUE(rjg::pickle::visit_pickle_strings(std::string("\x80\x04\x8c\x09" "abc", 6), strings));
+  EXPECT_TRUE(rjg::pickle::visit_pickle_strings(std::string("\x80\x04]", 3), strings));  // no STOP
 }
 
 }  // namespace
@@ -187,7 +187,7 @@ namespace {
 TEST(ArgumentGuard, ImportArgsMadeTextAreRefusedWhenAStringWouldBeEvaluated) {
   auto p = import_library(R"({"name":"Lib","args":["plain", ["ok", "${SPACE}"]]})");
   const std::string before = p.text;
-  auto refused = gw::escape_arguments(p, library());
+  auto refused = session::escape_arguments(p, library());
   ASSERT_TRUE(refused);
   EXPECT_NE(refused->message.find("args[1]"), std::string::npos) << refused->message;
   EXPECT_NE(refused->message.find("each positional import argument"), std::string::npos) << refused->message;
@@ -195,7 +195,7 @@ TEST(ArgumentGuard, ImportArgsMadeTextAreRefusedWhenAStringWouldBeEvaluated) {
   // Lists of harmless strings pass, and the strings beside them are escaped.
   p = import_library(R"({"name":"Lib","args":["a=b", ["ok", 1], {"k": "v"}]})");
   std::size_t changed = 0;
-  EXPECT_FALSE(gw::escape_arguments(p, library(), &changed));
+  EXPECT_FALSE(session::escape_arguments(p, library(), &changed));
   EXPECT_EQ(changed, 1u);
   EXPECT_EQ(p.text, R"({"name":"Lib","args":["a\\=b", ["ok", 1], {"k": "v"}]})");
 }
@@ -212,18 +212,18 @@ TEST(ArgumentGuard, PickledStringsWithSyntaxAreRefusedForEvaluatingWorkers) {
        {fmt::format(R"({{"library_token":"t","name":"K","args":[1, {{"__pickled__":"{}"}}]}})", str_pickle),
         fmt::format(R"({{"library_token":"t","name":"K","kwargs":{{"x": {{"__pickled__":"{}"}}}}}})", str_pickle)}) {
     SCOPED_TRACE(params_text);
-    auto refused = gw::refuse_evaluated_pickles(run_keyword(params_text), library(), "K");
+    auto refused = session::refuse_evaluated_pickles(run_keyword(params_text), library(), "K");
     ASSERT_TRUE(refused);
     EXPECT_NE(refused->message.find("'${{1+1}}'"), std::string::npos) << refused->message;
     EXPECT_NE(refused->message.find("keyword 'K'"), std::string::npos) << refused->message;
     EXPECT_EQ(refused->log.find("${{"), std::string::npos) << refused->log;
   }
-  EXPECT_FALSE(gw::refuse_evaluated_pickles(
+  EXPECT_FALSE(session::refuse_evaluated_pickles(
       run_keyword(fmt::format(R"({{"library_token":"t","name":"K","args":[{{"__pickled__":"{}"}}]}})", list_pickle)),
       library(), "K"));
   // A pickled plain string without syntax passes.
   const std::string plain = hex(std::string("\x80\x04\x8c\x05plain\x94.", 10));
-  EXPECT_FALSE(gw::refuse_evaluated_pickles(
+  EXPECT_FALSE(session::refuse_evaluated_pickles(
       run_keyword(fmt::format(R"({{"library_token":"t","name":"K","args":[{{"__pickled__":"{}"}}]}})", plain)),
       library(), "K"));
   // Bytes are data: Robot resolves str arguments only. CPython's pickle.dumps(b'\x00\xff\x80\\" bytes ${x}',
@@ -233,7 +233,7 @@ TEST(ArgumentGuard, PickledStringsWithSyntaxAreRefusedForEvaluatingWorkers) {
        {fmt::format(R"({{"library_token":"t","name":"K","args":[{{"__pickled__":"{}"}}]}})", bytes_pickle),
         fmt::format(R"({{"library_token":"t","name":"K","kwargs":{{"x": {{"__pickled__":"{}"}}}}}})", bytes_pickle)}) {
     SCOPED_TRACE(params_text);
-    auto refused = gw::refuse_evaluated_pickles(run_keyword(params_text), library(), "K");
+    auto refused = session::refuse_evaluated_pickles(run_keyword(params_text), library(), "K");
     EXPECT_FALSE(refused) << refused->message;
   }
 }

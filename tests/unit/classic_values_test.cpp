@@ -10,7 +10,7 @@
 #include <limits>
 
 namespace {
-namespace classic = rjg::classic;
+
 namespace pickle = rjg::pickle;
 namespace xmlrpc = rjg::xmlrpc;
 namespace json = boost::json;
@@ -19,10 +19,10 @@ using pickle::PyValue;
 // {"__pickled__": hex} of a value, as a Python peer sends it.
 std::string pickled(const PyValue& v) { return R"({"__pickled__": ")" + pickle::encode_pickle_hex(v) + "\"}"; }
 
-PyValue decoded_argument(const std::string& json_text) { return classic::from_json(json_text, "args[0]"); }
+PyValue decoded_argument(const std::string& json_text) { return xmlrpc::from_json(json_text, "args[0]"); }
 
 TEST(ClassicArguments, PlainValuesTravelAsJson) {
-  auto arg = [](xmlrpc::Value v) { return classic::to_json_argument(classic::to_python(v)); };
+  auto arg = [](xmlrpc::Value v) { return xmlrpc::to_json_argument(xmlrpc::to_python(v)); };
   EXPECT_EQ(arg("text"), "\"text\"");
   EXPECT_EQ(arg(std::int64_t{-42}), "-42");
   EXPECT_EQ(arg(1.5), "1.5E0");
@@ -33,7 +33,7 @@ TEST(ClassicArguments, PlainValuesTravelAsJson) {
 }
 
 TEST(ClassicArguments, WhatJsonCannotSayTravelsPickled) {
-  auto arg = [](xmlrpc::Value v) { return classic::to_json_argument(classic::to_python(v)); };
+  auto arg = [](xmlrpc::Value v) { return xmlrpc::to_json_argument(xmlrpc::to_python(v)); };
   // bytes: Python's pickle of bytes, read back to the same bytes.
   const auto bytes = arg(xmlrpc::Binary{std::string("\x00\x01\xff", 3)});
   ASSERT_TRUE(bytes.starts_with("{\"__pickled__\":")) << bytes;
@@ -61,20 +61,20 @@ TEST(ClassicArguments, WhatJsonCannotSayTravelsPickled) {
   // parser refuses it as text); a PyValue built by hand shows the encoder's refusal is a ValueError.
   pickle::PyDateTime impossible;
   impossible.month = 13;
-  EXPECT_THROW(classic::to_json_argument(PyValue(impossible)), classic::ValueError);
+  EXPECT_THROW(xmlrpc::to_json_argument(PyValue(impossible)), xmlrpc::ValueError);
 }
 
 TEST(ClassicResults, JsonIsReadAsPythonsJsonModuleReadsIt) {
-  EXPECT_EQ(classic::from_json("NaN", "r").v.index(), PyValue(0.0).v.index());
-  EXPECT_EQ(classic::from_json("123456789012345678901234567890", "r"),
+  EXPECT_EQ(xmlrpc::from_json("NaN", "r").v.index(), PyValue(0.0).v.index());
+  EXPECT_EQ(xmlrpc::from_json("123456789012345678901234567890", "r"),
             PyValue(pickle::PyBigInt{"123456789012345678901234567890"}));
-  EXPECT_EQ(classic::from_json("-9223372036854775808", "r"), PyValue(std::numeric_limits<std::int64_t>::min()));
-  EXPECT_EQ(classic::from_json("1e2", "r"), PyValue(100.0));
+  EXPECT_EQ(xmlrpc::from_json("-9223372036854775808", "r"), PyValue(std::numeric_limits<std::int64_t>::min()));
+  EXPECT_EQ(xmlrpc::from_json("1e2", "r"), PyValue(100.0));
   // A repeated key keeps its first place and takes the last value.
-  EXPECT_EQ(classic::from_json(R"({"a": 1, "b": 2, "a": 3})", "r"),
+  EXPECT_EQ(xmlrpc::from_json(R"({"a": 1, "b": 2, "a": 3})", "r"),
             PyValue(pickle::PyDict{{{PyValue("a"), PyValue(std::int64_t{3})}, {PyValue("b"), PyValue(std::int64_t{2})}}}));
   // Pickles anywhere in the tree are decoded.
-  EXPECT_EQ(classic::from_json("[1, " + pickled(PyValue(pickle::PyBytes{"z"})) + "]", "r"),
+  EXPECT_EQ(xmlrpc::from_json("[1, " + pickled(PyValue(pickle::PyBytes{"z"})) + "]", "r"),
             PyValue(pickle::PyList{{PyValue(std::int64_t{1}), PyValue(pickle::PyBytes{"z"})}}));
 }
 
@@ -82,41 +82,41 @@ TEST(ClassicResults, APickleOutsideTheDataOnlySubsetIsRefusedNamingWhere) {
   // GLOBAL os.system, REDUCE: the classic exploit.
   const std::string hex = "80049520000000000000008c02706f948c0673797374656d9493948c026c7394859452942e";
   try {
-    classic::from_json(R"({"a": [0, {"__pickled__": ")" + hex + "\"}]}", "result");
+    xmlrpc::from_json(R"({"a": [0, {"__pickled__": ")" + hex + "\"}]}", "result");
     FAIL() << "admitted";
-  } catch (const classic::ValueError& e) {
+  } catch (const xmlrpc::ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("result.a[1]"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(classic::from_json(R"({"__pickled__": 7})", "result"), classic::ValueError);
-  EXPECT_THROW(classic::from_json("[1,", "result"), classic::ValueError);
+  EXPECT_THROW(xmlrpc::from_json(R"({"__pickled__": 7})", "result"), xmlrpc::ValueError);
+  EXPECT_THROW(xmlrpc::from_json("[1,", "result"), xmlrpc::ValueError);
 }
 
 TEST(ClassicResults, ValuesBecomeWhatPythonRemoteServerReturns) {
   using xmlrpc::Value;
-  EXPECT_EQ(classic::to_xmlrpc(PyValue()), Value(std::string()));
-  EXPECT_EQ(classic::to_xmlrpc(PyValue(pickle::PyList{{PyValue(), PyValue("a")}})), Value(xmlrpc::Array{"", "a"}));
-  EXPECT_EQ(classic::to_xmlrpc(PyValue(pickle::PyBigInt{"99999999999999999999"})), Value("99999999999999999999"));
-  EXPECT_EQ(classic::to_xmlrpc(PyValue(pickle::PyBytes{"\x01"})), Value(xmlrpc::Binary{"\x01"}));
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue()), Value(std::string()));
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue(pickle::PyList{{PyValue(), PyValue("a")}})), Value(xmlrpc::Array{"", "a"}));
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue(pickle::PyBigInt{"99999999999999999999"})), Value("99999999999999999999"));
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue(pickle::PyBytes{"\x01"})), Value(xmlrpc::Binary{"\x01"}));
   // Text XML cannot carry goes as base64: Latin-1 bytes when it fits, else UTF-8.
-  EXPECT_EQ(classic::to_xmlrpc(PyValue(std::string("a\x01\xc3\xa4"))), Value(xmlrpc::Binary{"a\x01\xe4"}));
-  EXPECT_EQ(classic::to_xmlrpc(PyValue(std::string("\x01\xe2\x82\xac"))), Value(xmlrpc::Binary{"\x01\xe2\x82\xac"}));
-  EXPECT_EQ(classic::to_xmlrpc(PyValue("plain äö")), Value("plain äö"));
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue(std::string("a\x01\xc3\xa4"))), Value(xmlrpc::Binary{"a\x01\xe4"}));
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue(std::string("\x01\xe2\x82\xac"))), Value(xmlrpc::Binary{"\x01\xe2\x82\xac"}));
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue("plain äö")), Value("plain äö"));
   // Keys as str(), sets and tuples as arrays, date and Decimal as str().
-  EXPECT_EQ(classic::to_xmlrpc(PyValue(pickle::PyDict{{{PyValue(std::int64_t{1}), PyValue(true)}}})),
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue(pickle::PyDict{{{PyValue(std::int64_t{1}), PyValue(true)}}})),
             Value(xmlrpc::Struct{{"1", true}}));
-  EXPECT_EQ(classic::to_xmlrpc(PyValue(pickle::PyTuple{{PyValue(std::int64_t{2})}})), Value(xmlrpc::Array{2}));
-  EXPECT_EQ(classic::to_xmlrpc(PyValue(pickle::PyDate{2024, 1, 2})), Value("2024-01-02"));
-  EXPECT_EQ(classic::to_xmlrpc(PyValue(pickle::PyDecimal{"1.10"})), Value("1.10"));
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue(pickle::PyTuple{{PyValue(std::int64_t{2})}})), Value(xmlrpc::Array{2}));
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue(pickle::PyDate{2024, 1, 2})), Value("2024-01-02"));
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue(pickle::PyDecimal{"1.10"})), Value("1.10"));
   pickle::PyDateTime t;
   t.year = 2024, t.month = 1, t.day = 2, t.hour = 3, t.minute = 4, t.second = 5, t.microsecond = 6;
-  EXPECT_EQ(classic::to_xmlrpc(PyValue(t)), Value(xmlrpc::DateTime{"20240102T03:04:05"}));
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue(t)), Value(xmlrpc::DateTime{"20240102T03:04:05"}));
 }
 
 TEST(ClassicDefaults, AStrAsItIsAnythingElseAsRepr) {
-  EXPECT_EQ(classic::default_text(PyValue("abc")), "abc");
-  EXPECT_EQ(classic::default_text(PyValue()), "None");
-  EXPECT_EQ(classic::default_text(PyValue(true)), "True");
-  EXPECT_EQ(classic::default_text(PyValue(pickle::PyList{{PyValue(std::int64_t{1}), PyValue("x")}})), "[1, 'x']");
+  EXPECT_EQ(xmlrpc::default_text(PyValue("abc")), "abc");
+  EXPECT_EQ(xmlrpc::default_text(PyValue()), "None");
+  EXPECT_EQ(xmlrpc::default_text(PyValue(true)), "True");
+  EXPECT_EQ(xmlrpc::default_text(PyValue(pickle::PyList{{PyValue(std::int64_t{1}), PyValue("x")}})), "[1, 'x']");
 }
 
 TEST(ClassicXml, TheWriterNeverWritesWhatXmlCannotCarry) {
@@ -141,17 +141,17 @@ TEST(PlainJson, PickledContainersBecomeTheJsonPythonWouldWrite) {
   when.year = 2026, when.month = 12, when.day = 1, when.hour = 18, when.minute = 5, when.microsecond = 250;
   d.items.emplace_back(PyValue(), PyValue(when));
   const std::string args = "[" + pickled(PyValue(d)) + ", 7, \"s\"]";
-  EXPECT_EQ(classic::plain_json(args, "args"),
+  EXPECT_EQ(xmlrpc::plain_json(args, "args"),
             json::parse(R"([{"name":"x","1":[true,null],"2.5":[3],"null":"2026-12-01T18:05:00.000250"},7,"s"])"));
-  EXPECT_EQ(classic::to_plain_json(PyValue(pickle::PyTimedelta{1, 30, 500000}), "v"), json::value(86430.5));
-  EXPECT_EQ(classic::to_plain_json(PyValue(pickle::PyDate{2026, 1, 2}), "v"), json::value("2026-01-02"));
+  EXPECT_EQ(xmlrpc::to_plain_json(PyValue(pickle::PyTimedelta{1, 30, 500000}), "v"), json::value(86430.5));
+  EXPECT_EQ(xmlrpc::to_plain_json(PyValue(pickle::PyDate{2026, 1, 2}), "v"), json::value("2026-01-02"));
 }
 
 TEST(PlainJson, WhatJsonCannotCarryIsRefusedNamingWhere) {
   auto message = [](const PyValue& v) {
     try {
-      classic::to_plain_json(v, "kwargs['data']");
-    } catch (const classic::ValueError& e) {
+      xmlrpc::to_plain_json(v, "kwargs['data']");
+    } catch (const xmlrpc::ValueError& e) {
       return std::string(e.what());
     }
     return std::string("no error");
@@ -166,7 +166,7 @@ TEST(PlainJson, WhatJsonCannotCarryIsRefusedNamingWhere) {
   tuple_key.items.emplace_back(PyValue(pickle::PyTuple{{PyValue(std::int64_t{1})}}), PyValue());
   EXPECT_NE(message(PyValue(tuple_key)).find("a dictionary key must be a string"), std::string::npos);
   // A pickle outside the data-only subset never gets this far: from_json refuses it first.
-  EXPECT_THROW(classic::plain_json(R"([{"__pickled__": "80049500"}])", "args"), classic::ValueError);
+  EXPECT_THROW(xmlrpc::plain_json(R"([{"__pickled__": "80049500"}])", "args"), xmlrpc::ValueError);
 }
 
 // The classes Robot's standard libraries return (issue #23 item 6): a classic remote server sends
@@ -174,29 +174,29 @@ TEST(PlainJson, WhatJsonCannotCarryIsRefusedNamingWhere) {
 // (json.dumps) carries none of them.
 TEST(ClassicResults, StandardLibraryObjectsAsPythonRemoteServerSendsThem) {
   using xmlrpc::Value;
-  EXPECT_EQ(classic::to_xmlrpc(PyValue(pickle::PyComplex{1, 2})), Value("(1+2j)"));
-  EXPECT_EQ(classic::to_xmlrpc(PyValue(pickle::PyPath{"/tmp/a b"})), Value("/tmp/a b"));
-  EXPECT_EQ(classic::to_xmlrpc(PyValue(pickle::PySecret{"hidden"})), Value("<secret>"));
-  EXPECT_EQ(classic::to_xmlrpc(PyValue(pickle::PyDict{{{PyValue(pickle::PyPath{"k"}), PyValue(pickle::PyComplex{0, 1})}}})),
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue(pickle::PyComplex{1, 2})), Value("(1+2j)"));
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue(pickle::PyPath{"/tmp/a b"})), Value("/tmp/a b"));
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue(pickle::PySecret{"hidden"})), Value("<secret>"));
+  EXPECT_EQ(xmlrpc::to_xmlrpc(PyValue(pickle::PyDict{{{PyValue(pickle::PyPath{"k"}), PyValue(pickle::PyComplex{0, 1})}}})),
             Value(xmlrpc::Struct{{"k", "1j"}}));
   const PyValue root(pickle::PyElement{"root", {{"a", "1"}}, "text", std::nullopt, {}});
   try {
-    classic::to_xmlrpc(PyValue(pickle::PyList{{PyValue("x"), root}}));
+    xmlrpc::to_xmlrpc(PyValue(pickle::PyList{{PyValue("x"), root}}));
     ADD_FAILURE() << "an Element was sent as text";
-  } catch (const classic::ValueError& e) {
+  } catch (const xmlrpc::ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("an xml.etree.ElementTree.Element (<Element 'root'>) has no XML-RPC form"),
               std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("Element To String"), std::string::npos) << e.what();
   }
   // a pickled Element from a Python worker decodes (the classic front then refuses it as above)
-  EXPECT_EQ(classic::from_json(pickled(root), "result"), root);
+  EXPECT_EQ(xmlrpc::from_json(pickled(root), "result"), root);
   for (const PyValue& v : {PyValue(pickle::PyComplex{1, 2}), PyValue(pickle::PyPath{"/x"}), root,
                            PyValue(pickle::PySecret{"hidden"})}) {
     try {
-      classic::to_plain_json(v, "result");
+      xmlrpc::to_plain_json(v, "result");
       ADD_FAILURE() << pickle::py_repr(v) << " became JSON";
-    } catch (const classic::ValueError& e) {
+    } catch (const xmlrpc::ValueError& e) {
       EXPECT_NE(std::string(e.what()).find("has no JSON form"), std::string::npos) << e.what();
       EXPECT_EQ(std::string(e.what()).find("hidden"), std::string::npos) << "a Secret's value in a message: " << e.what();
     }

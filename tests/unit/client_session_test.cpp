@@ -19,7 +19,7 @@
 #include <set>
 #include <vector>
 
-namespace rjg::gateway {
+namespace rjg::gateway::session {
 
 using TestStream = boost::beast::test::stream;
 
@@ -30,12 +30,15 @@ struct Transport<TestStream> {
   static void close(TestStream& s) { s.close(); }
 };
 
-}  // namespace rjg::gateway
+}  // namespace rjg::gateway::session
 
 namespace {
 
 using namespace rjg;
-using rjg::gateway::StreamConnection;
+using namespace rjg::protocol;
+namespace supervisor = rjg::gateway::supervisor;
+namespace asio = boost::asio;
+using rjg::gateway::session::StreamConnection;
 using TestStream = boost::beast::test::stream;
 namespace protocol = rjg::protocol;
 
@@ -75,7 +78,7 @@ asio::awaitable<void> yield_once() {
 
 // A fake worker behind a lease. Keywords: "Log" relays two robot/log notifications, then answers;
 // "Crash" fails the way a dying worker does; anything else echoes its params' text as the result.
-class FakeLease final : public workers::Lease {
+class FakeLease final : public supervisor::Lease {
  public:
   FakeLease(Journal& journal, int number) : journal_(journal), number_(number) {}
   ~FakeLease() override {
@@ -84,17 +87,17 @@ class FakeLease final : public workers::Lease {
   pid_t pid() const override { return 4200 + number_; }
   bool prewarmed() const override { return false; }
 
-  asio::awaitable<Message> import_library(std::string params, std::weak_ptr<workers::CallObserver>) override {
+  asio::awaitable<Message> import_library(std::string params, std::weak_ptr<supervisor::CallObserver>) override {
     journal_.calls.push_back("import " + params);
     co_return parse(fmt::format(R"({{"jsonrpc":"2.0","id":9,"result":{{"token":"w-{}","definition":{{"keywords":[{{"name":"Log","args":[1.50,-0.0]}}]}},"x-extra":1E+2}}}})",
                                 number_));
   }
 
   asio::awaitable<Message> run_keyword(std::string params, std::string keyword,
-                                       std::weak_ptr<workers::CallObserver> observer) override {
+                                       std::weak_ptr<supervisor::CallObserver> observer) override {
     journal_.calls.push_back("run " + params);
     if (keyword == "Crash") {
-      throw workers::WorkerError(protocol::kWorkerFailed,
+      throw supervisor::WorkerError(protocol::kWorkerFailed,
                                  fmt::format("The worker of library 'Fake' (pid {}) died with signal 9 (SIGKILL) while "
                                              "running keyword 'Crash'.",
                                              pid()),
@@ -113,7 +116,7 @@ class FakeLease final : public workers::Lease {
   }
 
   asio::awaitable<std::optional<Message>> finalize_library(std::string params,
-                                                           std::weak_ptr<workers::CallObserver>) override {
+                                                           std::weak_ptr<supervisor::CallObserver>) override {
     pending_ = true;
     co_await yield_once();
     pending_ = false;
@@ -142,10 +145,10 @@ class FakeLease final : public workers::Lease {
   bool pending_ = false;
 };
 
-class FakeLeases final : public workers::LeaseSource {
+class FakeLeases final : public supervisor::LeaseSource {
  public:
   explicit FakeLeases(Journal& journal) : journal_(journal) {}
-  asio::awaitable<std::shared_ptr<workers::Lease>> acquire(const config::Library&) override {
+  asio::awaitable<std::shared_ptr<supervisor::Lease>> acquire(const config::Library&) override {
     co_return std::make_shared<FakeLease>(journal_, ++journal_.leases);
   }
 
@@ -156,7 +159,7 @@ class FakeLeases final : public workers::LeaseSource {
 // The client's side: a message stream over the other end of the in-memory stream.
 class Client {
  public:
-  explicit Client(TestStream stream) : stream_(StreamOptions{}, std::move(stream)) {}
+  explicit Client(TestStream stream) : stream_(runtime::StreamOptions{}, std::move(stream)) {}
 
   void start() { asio::co_spawn(stream_.get_executor(), stream_.run_writer(), asio::detached); }
   void send(std::string text) { stream_.send(text); }
@@ -164,8 +167,8 @@ class Client {
   // The next message; notifications that arrive first are collected in `notes`.
   asio::awaitable<Message> answer(std::vector<Message>* notes = nullptr) {
     for (;;) {
-      Incoming in = co_await stream_.read();
-      if (in.kind != Incoming::Kind::message) throw std::runtime_error("the connection ended: " + in.error);
+      runtime::Incoming in = co_await stream_.read();
+      if (in.kind != runtime::Incoming::Kind::message) throw std::runtime_error("the connection ended: " + in.error);
       if (in.message->kind == Message::Kind::notification && notes) {
         notes->push_back(std::move(*in.message));
         continue;
@@ -175,14 +178,14 @@ class Client {
   }
 
   asio::awaitable<bool> closed_by_peer() {
-    Incoming in = co_await stream_.read();
-    co_return in.kind == Incoming::Kind::closed;
+    runtime::Incoming in = co_await stream_.read();
+    co_return in.kind == runtime::Incoming::Kind::closed;
   }
 
   TestStream& raw() { return stream_.stream(); }
 
  private:
-  MessageStream<TestStream> stream_;
+  runtime::MessageStream<TestStream> stream_;
 };
 
 std::string token_of(const Message& m) { return std::string(m.result().at("token").as_string()); }
@@ -197,7 +200,7 @@ name = "Fake"
 command = ["/bin/true"]
 )",
                                     "test.toml");
-  gateway::GatewayContext context(io.get_executor(), config, "test");
+  rjg::gateway::session::GatewayContext context(io.get_executor(), config, "test");
   Journal journal;
   FakeLeases leases(journal);
 
@@ -310,37 +313,37 @@ command = ["/bin/true"]
 // --- Accounting of pending requests (max_pending_requests, max_pending_bytes)
 
 // A worker whose keywords all wait until the test opens the gate, then answer "done".
-class GatedLease final : public workers::Lease {
+class GatedLease final : public supervisor::Lease {
  public:
-  explicit GatedLease(AsyncEvent& gate) : gate_(gate) {}
+  explicit GatedLease(runtime::AsyncEvent& gate) : gate_(gate) {}
   pid_t pid() const override { return 4300; }
   bool prewarmed() const override { return false; }
-  asio::awaitable<Message> import_library(std::string, std::weak_ptr<workers::CallObserver>) override {
+  asio::awaitable<Message> import_library(std::string, std::weak_ptr<supervisor::CallObserver>) override {
     co_return parse(R"({"jsonrpc":"2.0","id":1,"result":{"token":"w-gated","definition":{}}})");
   }
-  asio::awaitable<Message> run_keyword(std::string, std::string, std::weak_ptr<workers::CallObserver>) override {
+  asio::awaitable<Message> run_keyword(std::string, std::string, std::weak_ptr<supervisor::CallObserver>) override {
     co_await gate_.wait();
     co_return parse(R"({"jsonrpc":"2.0","id":2,"result":{"result":"done"}})");
   }
-  asio::awaitable<std::optional<Message>> finalize_library(std::string, std::weak_ptr<workers::CallObserver>) override {
+  asio::awaitable<std::optional<Message>> finalize_library(std::string, std::weak_ptr<supervisor::CallObserver>) override {
     co_return std::nullopt;
   }
   asio::awaitable<void> end(std::string, std::string) override { co_return; }
   asio::awaitable<void> release(std::string) override { co_return; }
 
  private:
-  AsyncEvent& gate_;
+  runtime::AsyncEvent& gate_;
 };
 
-class GatedLeases final : public workers::LeaseSource {
+class GatedLeases final : public supervisor::LeaseSource {
  public:
-  explicit GatedLeases(AsyncEvent& gate) : gate_(gate) {}
-  asio::awaitable<std::shared_ptr<workers::Lease>> acquire(const config::Library&) override {
+  explicit GatedLeases(runtime::AsyncEvent& gate) : gate_(gate) {}
+  asio::awaitable<std::shared_ptr<supervisor::Lease>> acquire(const config::Library&) override {
     co_return std::make_shared<GatedLease>(gate_);
   }
 
  private:
-  AsyncEvent& gate_;
+  runtime::AsyncEvent& gate_;
 };
 
 // Each unanswered request counts against max_pending_requests and its text against max_pending_bytes
@@ -358,8 +361,8 @@ name = "Fake"
 command = ["/bin/true"]
 )",
                                     "test.toml");
-  gateway::GatewayContext context(io.get_executor(), config, "test");
-  AsyncEvent gate(io.get_executor());
+  rjg::gateway::session::GatewayContext context(io.get_executor(), config, "test");
+  runtime::AsyncEvent gate(io.get_executor());
   GatedLeases leases(gate);
 
   TestStream server_end(io), client_end(io);
@@ -450,23 +453,23 @@ command = ["/bin/true"]
 // A lease source that records which acquire an import used. A lease acquired for an import without
 // arguments holds a worker that imported ahead of time (its stored answer, once); the other kind is an
 // ordinary FakeLease-like worker that is asked to import.
-class AheadLease final : public workers::Lease {
+class AheadLease final : public supervisor::Lease {
  public:
   AheadLease(Journal& journal, std::optional<Message> preimported)
       : journal_(journal), preimported_(std::move(preimported)) {}
   pid_t pid() const override { return 4400; }
   bool prewarmed() const override { return true; }
   std::optional<Message> take_preimported() override { return std::exchange(preimported_, std::nullopt); }
-  asio::awaitable<Message> import_library(std::string params, std::weak_ptr<workers::CallObserver>) override {
+  asio::awaitable<Message> import_library(std::string params, std::weak_ptr<supervisor::CallObserver>) override {
     journal_.calls.push_back("import " + params);
     co_return parse(R"({"jsonrpc":"2.0","id":3,"result":{"token":"w-fresh","definition":{}}})");
   }
-  asio::awaitable<Message> run_keyword(std::string params, std::string, std::weak_ptr<workers::CallObserver>) override {
+  asio::awaitable<Message> run_keyword(std::string params, std::string, std::weak_ptr<supervisor::CallObserver>) override {
     journal_.calls.push_back("run " + params);
     co_return parse(R"({"jsonrpc":"2.0","id":4,"result":{"result":"ran"}})");
   }
   asio::awaitable<std::optional<Message>> finalize_library(std::string params,
-                                                           std::weak_ptr<workers::CallObserver>) override {
+                                                           std::weak_ptr<supervisor::CallObserver>) override {
     journal_.calls.push_back("finalize " + params);
     ++journal_.released;
     co_return parse(R"({"jsonrpc":"2.0","id":5,"result":{}})");
@@ -486,15 +489,15 @@ class AheadLease final : public workers::Lease {
   std::optional<Message> preimported_;
 };
 
-class AheadLeases final : public workers::LeaseSource {
+class AheadLeases final : public supervisor::LeaseSource {
  public:
   explicit AheadLeases(Journal& journal) : journal_(journal) {}
-  asio::awaitable<std::shared_ptr<workers::Lease>> acquire(const config::Library&) override {
+  asio::awaitable<std::shared_ptr<supervisor::Lease>> acquire(const config::Library&) override {
     journal_.calls.push_back("acquire");
     ++journal_.leases;
     co_return std::make_shared<AheadLease>(journal_, std::nullopt);
   }
-  asio::awaitable<std::shared_ptr<workers::Lease>> acquire_without_arguments(const config::Library&) override {
+  asio::awaitable<std::shared_ptr<supervisor::Lease>> acquire_without_arguments(const config::Library&) override {
     journal_.calls.push_back("acquire without arguments");
     ++journal_.leases;
     co_return std::make_shared<AheadLease>(journal_, parse(stored_answer));
@@ -521,7 +524,7 @@ name = "Fake"
 command = ["/bin/true"]
 )",
                                     "test.toml");
-  gateway::GatewayContext context(io.get_executor(), config, "test");
+  rjg::gateway::session::GatewayContext context(io.get_executor(), config, "test");
   Journal journal;
   AheadLeases leases(journal);
 

@@ -27,9 +27,9 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 using asio::ip::tcp;
 using namespace std::chrono_literals;
-using rjg::Message;
-using rjg::RpcClient;
-using rjg::RpcError;
+using rjg::protocol::Message;
+using rjg::client::RpcClient;
+using rjg::client::RpcError;
 
 // One accepted connection on 127.0.0.1, read and written synchronously by the test; every read is
 // bounded so a broken client fails the test instead of hanging it.
@@ -43,14 +43,14 @@ class FakeServer {
   void accept() { peer_.emplace(acceptor_.accept()); }
 
   void write(std::string_view bytes) { asio::write(*peer_, asio::buffer(bytes.data(), bytes.size())); }
-  void send(std::string_view json_text) { write(rjg::encode_frame(json_text)); }
+  void send(std::string_view json_text) { write(rjg::protocol::encode_frame(json_text)); }
 
   // The next frame body the client sent.
   std::string read_frame() {
     for (;;) {
       auto r = reader_.next();
-      if (r.kind == rjg::FrameReader::Result::Kind::frame) return r.body;
-      if (r.kind == rjg::FrameReader::Result::Kind::error) {
+      if (r.kind == rjg::protocol::FrameReader::Result::Kind::frame) return r.body;
+      if (r.kind == rjg::protocol::FrameReader::Result::Kind::error) {
         ADD_FAILURE() << "bad frame from the client: " << r.error;
         return {};
       }
@@ -93,7 +93,7 @@ class FakeServer {
   asio::io_context io_;
   tcp::acceptor acceptor_;
   std::optional<tcp::socket> peer_;
-  rjg::FrameReader reader_;
+  rjg::protocol::FrameReader reader_;
 };
 
 class ClientTest : public ::testing::Test {
@@ -110,7 +110,7 @@ class ClientTest : public ::testing::Test {
 TEST_F(ClientTest, AnswerAmongStrayMessages) {
   auto id = client_.send_request("robot/run_keyword", json::object{{"x", 1}});
   EXPECT_EQ(id, json::value("1"));
-  auto sent = rjg::parse_message(server_.read_frame());
+  auto sent = rjg::protocol::parse_message(server_.read_frame());
   ASSERT_TRUE(std::holds_alternative<Message>(sent));
   EXPECT_EQ(std::get<Message>(sent).method(), "robot/run_keyword");
   EXPECT_EQ(std::get<Message>(sent).id_text(), R"("1")");
@@ -230,7 +230,7 @@ TEST_F(ClientTest, IntegerIdsAreMatchedByValue) {
 
 // A deadline cancels the pending read; what already arrived of a frame stays and completes later.
 TEST_F(ClientTest, TimeoutsLoseNoBytes) {
-  const std::string frame = rjg::encode_frame(R"({"jsonrpc":"2.0","id":"1","result":"whole"})");
+  const std::string frame = rjg::protocol::encode_frame(R"({"jsonrpc":"2.0","id":"1","result":"whole"})");
   auto id = client_.send_request("m", json::object{});
   server_.write(frame.substr(0, 10));  // part of the header
   EXPECT_FALSE(client_.read_message(50ms).has_value());
@@ -258,7 +258,7 @@ TEST_F(ClientTest, PollReturnsWhatIsThereAndCountsEveryFrameReceived) {
   EXPECT_FALSE(client_.read_message(0ms).has_value());
   std::string three;
   for (int i = 0; i < 3; ++i)
-    three += rjg::encode_frame(R"({"jsonrpc":"2.0","method":"robot/log","params":{"n":)" + std::to_string(i) + "}}");
+    three += rjg::protocol::encode_frame(R"({"jsonrpc":"2.0","method":"robot/log","params":{"n":)" + std::to_string(i) + "}}");
   server_.write(three);
   auto m = client_.read_message(1s);
   ASSERT_TRUE(m);
@@ -367,10 +367,10 @@ TEST_F(ClientTest, InitializeSendsClientInfoThenInitialized) {
   server_.send(R"({"jsonrpc":"2.0","id":"1","result":{"capabilities":{"support_exit":true}}})");
   auto result = client_.initialize();
   EXPECT_EQ(result.at("capabilities").at("support_exit"), json::value(true));
-  auto init = std::get<Message>(rjg::parse_message(server_.read_frame()));
+  auto init = std::get<Message>(rjg::protocol::parse_message(server_.read_frame()));
   EXPECT_EQ(init.method(), rjg::protocol::kInitialize);
   EXPECT_EQ(init.params().at("client_info").at("name"), json::value("tester"));
-  auto initialized = std::get<Message>(rjg::parse_message(server_.read_frame()));
+  auto initialized = std::get<Message>(rjg::protocol::parse_message(server_.read_frame()));
   EXPECT_EQ(initialized.kind, Message::Kind::notification);
   EXPECT_EQ(initialized.method(), rjg::protocol::kInitialized);
 }
@@ -380,7 +380,7 @@ TEST_F(ClientTest, InitializeErrorIsRpcCallError) {
   try {
     client_.initialize();
     ADD_FAILURE() << "no error";
-  } catch (const rjg::RpcCallError& e) {
+  } catch (const rjg::client::RpcCallError& e) {
     EXPECT_EQ(e.code(), -32014);
     EXPECT_EQ(e.server_message(), "full");
   }
@@ -422,7 +422,7 @@ TEST(Client, ReconnectStartsAfresh) {
   EXPECT_EQ(client.pending_messages(), 0u);
   auto id = client.send_request("m", json::object{});
   EXPECT_FALSE(second.read_frame().empty());
-  second.send(rjg::make_result(id, "again"));
+  second.send(rjg::protocol::make_result(id, "again"));
   EXPECT_EQ(*client.wait_reply(id).result, json::value("again"));
 }
 

@@ -25,7 +25,7 @@
 
 namespace {
 
-using namespace rjg;
+using namespace rjg::runtime;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 

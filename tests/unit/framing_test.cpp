@@ -12,16 +12,16 @@
 
 namespace {
 
-using rjg::FrameReader;
-using rjg::FramingLimits;
+using rjg::protocol::FrameReader;
+using rjg::protocol::FramingLimits;
 using Kind = FrameReader::Result::Kind;
 using Mode = FrameReader::Mode;
 }  // namespace
 
-namespace rjg {
+namespace rjg::protocol {
 // Readable test names in CTest ("GetParam() = strict").
 void PrintTo(FrameReader::Mode mode, std::ostream* os) { *os << (mode == FrameReader::Mode::strict ? "strict" : "lenient"); }
-}  // namespace rjg
+}  // namespace rjg::protocol
 
 namespace {
 
@@ -554,10 +554,10 @@ TEST(LenientFrameReader, RealFrameAfterAStrayPartialLineIsDelivered) {
 }
 
 TEST(EncodeFrame, CountsTheTrailingCrlf) {
-  EXPECT_EQ(rjg::encode_frame("{}"), "Content-Length: 4\r\n\r\n{}\r\n");
+  EXPECT_EQ(rjg::protocol::encode_frame("{}"), "Content-Length: 4\r\n\r\n{}\r\n");
   std::string text = "{\"jsonrpc\":\"2.0\",\"id\":\"1\",\"result\":{\"result\":\"\xc3\xbc\xc3\xb1\xc3\xaf \xe2\x82\xac\"}}";
-  auto encoded = rjg::encode_frame(text);
-  auto out = feed_all(encoded + rjg::encode_frame(""));
+  auto encoded = rjg::protocol::encode_frame(text);
+  auto out = feed_all(encoded + rjg::protocol::encode_frame(""));
   EXPECT_EQ(out.error, "");
   EXPECT_EQ(out.bodies, (std::vector<std::string>{text + "\r\n", "\r\n"}));
 }

@@ -15,7 +15,7 @@
 
 namespace {
 
-using namespace rjg;
+using namespace rjg::runtime;
 
 TEST(Handoff, TheWaiterResumesInsideNotify) {
   asio::io_context io;

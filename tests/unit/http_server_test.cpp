@@ -41,9 +41,9 @@ namespace {
 
 using namespace rjg;
 using namespace std::chrono_literals;
-using rjg::gateway::HttpLimits;
-using rjg::gateway::HttpServer;
-using rjg::gateway::HttpResponse;
+using rjg::gateway::fronts::HttpLimits;
+using rjg::gateway::fronts::HttpServer;
+using rjg::gateway::fronts::HttpResponse;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 

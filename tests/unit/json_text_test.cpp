@@ -22,8 +22,8 @@
 namespace {
 
 using namespace std::string_literals;
-namespace jt = rjg::jsontext;
-using jt::Kind;
+namespace protocol = rjg::protocol;
+using protocol::Kind;
 
 struct Case {
   const char* name;
@@ -36,7 +36,7 @@ class ScanTable : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ScanTable, AcceptsJsonAndRefusesTheRest) {
   const auto& c = GetParam();
-  auto [scanned, error] = jt::scan(c.text);
+  auto [scanned, error] = protocol::scan(c.text);
   if (c.kind) {
     ASSERT_TRUE(scanned.has_value()) << c.name << ": " << (error ? error->message : "") << " at byte "
                                      << (error ? error->offset : 0);
@@ -240,7 +240,7 @@ TEST(Scan, ErrorsSayWhatAndWhere) {
                                            {"", "unexpected end of input", 0},
                                            {R"(["\ud800"])", "lone high surrogate", std::nullopt},
                                            {R"(["\udc00"])", "lone low surrogate", std::nullopt}}) {
-    auto [scanned, error] = jt::scan(e.text);
+    auto [scanned, error] = protocol::scan(e.text);
     ASSERT_TRUE(error.has_value()) << e.text;
     EXPECT_NE(error->message.find(e.words), std::string::npos) << e.text << ": " << error->message;
     if (e.offset) EXPECT_EQ(error->offset, *e.offset) << e.text << ": " << error->message;
@@ -249,10 +249,10 @@ TEST(Scan, ErrorsSayWhatAndWhere) {
 }
 
 TEST(Scan, NonFiniteLiteralsAreNumbersAndToldApart) {
-  for (std::string_view text : {"NaN", "Infinity", "-Infinity"}) EXPECT_TRUE(jt::is_non_finite(text)) << text;
-  for (std::string_view text : {"0", "-0.0", "1e400", "-1", "12"}) EXPECT_FALSE(jt::is_non_finite(text)) << text;
+  for (std::string_view text : {"NaN", "Infinity", "-Infinity"}) EXPECT_TRUE(protocol::is_non_finite(text)) << text;
+  for (std::string_view text : {"0", "-0.0", "1e400", "-1", "12"}) EXPECT_FALSE(protocol::is_non_finite(text)) << text;
   const std::string text = R"({"n":NaN,"i":-Infinity})";
-  auto [scanned, error] = jt::scan(text);
+  auto [scanned, error] = protocol::scan(text);
   ASSERT_TRUE(scanned.has_value());
   ASSERT_EQ(scanned->members.size(), 2u);
   EXPECT_EQ(scanned->members[0].kind, Kind::number);
@@ -274,39 +274,39 @@ std::string nested_objects(std::size_t levels) { return nested(levels, R"({"a":)
 
 TEST(Scan, DepthLimitIsExactlyMaxDepth) {
   for (std::size_t max_depth : {1u, 5u, 64u}) {
-    jt::Limits limits;
+    protocol::Limits limits;
     limits.max_depth = max_depth;
     for (bool empty_inside : {false, true}) {
-      auto at = jt::scan(nested_arrays(max_depth, empty_inside), limits);
+      auto at = protocol::scan(nested_arrays(max_depth, empty_inside), limits);
       EXPECT_TRUE(at.first.has_value()) << max_depth << " levels of arrays (empty inside: " << empty_inside << ")";
-      auto above = jt::scan(nested_arrays(max_depth + 1, empty_inside), limits);
+      auto above = protocol::scan(nested_arrays(max_depth + 1, empty_inside), limits);
       ASSERT_TRUE(above.second.has_value()) << max_depth + 1 << " levels of arrays were accepted";
       EXPECT_TRUE(above.second->too_deep) << above.second->message;
     }
-    EXPECT_TRUE(jt::scan(nested_objects(max_depth), limits).first.has_value()) << max_depth << " levels of objects";
-    auto above = jt::scan(nested_objects(max_depth + 1), limits);
+    EXPECT_TRUE(protocol::scan(nested_objects(max_depth), limits).first.has_value()) << max_depth << " levels of objects";
+    auto above = protocol::scan(nested_objects(max_depth + 1), limits);
     ASSERT_TRUE(above.second.has_value()) << max_depth + 1 << " levels of objects were accepted";
     EXPECT_TRUE(above.second->too_deep);
   }
   // The default is 64.
-  EXPECT_TRUE(jt::scan(nested_arrays(64, false)).first.has_value());
-  EXPECT_TRUE(jt::scan(nested_arrays(65, false)).second->too_deep);
+  EXPECT_TRUE(protocol::scan(nested_arrays(64, false)).first.has_value());
+  EXPECT_TRUE(protocol::scan(nested_arrays(65, false)).second->too_deep);
   // Scalars have no depth: max_depth 0 still admits them, and nothing else.
-  jt::Limits flat;
+  protocol::Limits flat;
   flat.max_depth = 0;
-  EXPECT_TRUE(jt::scan("\"s\"", flat).first.has_value());
-  EXPECT_TRUE(jt::scan("[]", flat).second->too_deep);
+  EXPECT_TRUE(protocol::scan("\"s\"", flat).first.has_value());
+  EXPECT_TRUE(protocol::scan("[]", flat).second->too_deep);
 }
 
 TEST(Scan, DeepBombIsRefusedWithoutRecursion) {
-  auto [scanned, error] = jt::scan(std::string(1'000'000, '['));
+  auto [scanned, error] = protocol::scan(std::string(1'000'000, '['));
   ASSERT_TRUE(error.has_value());
   EXPECT_TRUE(error->too_deep);
 }
 
 TEST(Scan, RootMembersInOrderWithTheirKindsAndPlaces) {
   const std::string text = R"( {"a":1E+2, "b" : {"x":[1,{"y":2}]},"c":[],"\u0064":"s\"","e":null,"f":true,"a":-0.0} )";
-  auto [scanned, error] = jt::scan(text);
+  auto [scanned, error] = protocol::scan(text);
   ASSERT_TRUE(scanned.has_value()) << error->message;
   EXPECT_EQ(scanned->kind, Kind::object);
   EXPECT_EQ(scanned->root.offset, 1u);
@@ -329,41 +329,41 @@ TEST(Scan, RootMembersInOrderWithTheirKindsAndPlaces) {
   }
 
   // Nested members are not root members; other roots have none.
-  EXPECT_TRUE(jt::scan("[{\"a\":1}]").first->members.empty());
-  EXPECT_TRUE(jt::scan("{}").first->members.empty());
-  EXPECT_TRUE(jt::scan("\"a\"").first->members.empty());
+  EXPECT_TRUE(protocol::scan("[{\"a\":1}]").first->members.empty());
+  EXPECT_TRUE(protocol::scan("{}").first->members.empty());
+  EXPECT_TRUE(protocol::scan("\"a\"").first->members.empty());
 }
 
 TEST(Members, OfAnObjectTextAndFindTakesTheLastDuplicate) {
   const std::string object = R"({"id":"first","method":"m","params":{"id":"inner"},"id":"last"})";
-  auto members = jt::members(object);
+  auto members = protocol::members(object);
   ASSERT_EQ(members.size(), 4u);
-  const jt::Member* id = jt::find(members, "id");
+  const protocol::Member* id = protocol::find(members, "id");
   ASSERT_NE(id, nullptr);
   EXPECT_EQ(id->value.of(object), R"("last")");  // as Python's json module reads it
   EXPECT_EQ(id, &members[3]);
-  ASSERT_NE(jt::find(members, "params"), nullptr);
-  EXPECT_EQ(jt::find(members, "params")->kind, Kind::object);
-  EXPECT_EQ(jt::find(members, "absent"), nullptr);
-  const std::vector<jt::Member> none;
-  EXPECT_EQ(jt::find(none, "id"), nullptr);
+  ASSERT_NE(protocol::find(members, "params"), nullptr);
+  EXPECT_EQ(protocol::find(members, "params")->kind, Kind::object);
+  EXPECT_EQ(protocol::find(members, "absent"), nullptr);
+  const std::vector<protocol::Member> none;
+  EXPECT_EQ(protocol::find(none, "id"), nullptr);
 
   // Slices are relative to the text given: members of a nested object's own text.
-  const auto params = jt::find(members, "params")->value.of(object);
-  auto inner = jt::members(params);
+  const auto params = protocol::find(members, "params")->value.of(object);
+  auto inner = protocol::members(params);
   ASSERT_EQ(inner.size(), 1u);
   EXPECT_EQ(inner[0].value.of(params), R"("inner")");
 
   // Anything that is not an object has no members.
-  EXPECT_TRUE(jt::members("[1,2]").empty());
-  EXPECT_TRUE(jt::members("\"{}\"").empty());
-  EXPECT_TRUE(jt::members("{}").empty());
+  EXPECT_TRUE(protocol::members("[1,2]").empty());
+  EXPECT_TRUE(protocol::members("\"{}\"").empty());
+  EXPECT_TRUE(protocol::members("{}").empty());
 }
 
 TEST(Members, AreFoundAtAnyDepthOfTheirOwnText) {
   // members() has no depth limit of its own: it reads texts scan() already validated.
   const std::string deep = R"({"k":)" + nested_arrays(200, false) + "}";
-  auto members = jt::members(deep);
+  auto members = protocol::members(deep);
   ASSERT_EQ(members.size(), 1u);
   EXPECT_EQ(members[0].kind, Kind::array);
 }
@@ -391,7 +391,7 @@ TEST(DecodeString, Escapes) {
            {R"("\ude00\ud83d")", "\xEF\xBF\xBD\xEF\xBF\xBD"},  // reversed
            {"\"raw \xC3\xA9 \xF0\x9F\x98\x80\"", "raw \xC3\xA9 \xF0\x9F\x98\x80"},
        }) {
-    EXPECT_EQ(jt::decode_string(c.literal), c.decoded) << c.literal;
+    EXPECT_EQ(protocol::decode_string(c.literal), c.decoded) << c.literal;
   }
 }
 
@@ -402,61 +402,61 @@ TEST(Quote, RoundTripsThroughScanAndDecode) {
   for (int c = 0; c < 0x20; ++c) every_control += static_cast<char>(c);
   samples.push_back(every_control);
   for (const auto& s : samples) {
-    const std::string q = jt::quote(s);
-    auto [scanned, error] = jt::scan(q);
+    const std::string q = protocol::quote(s);
+    auto [scanned, error] = protocol::scan(q);
     ASSERT_TRUE(scanned.has_value()) << q << ": " << error->message;
     EXPECT_EQ(scanned->kind, Kind::string);
-    EXPECT_EQ(jt::decode_string(q), s) << q;
+    EXPECT_EQ(protocol::decode_string(q), s) << q;
   }
-  EXPECT_EQ(jt::quote("a\"b\\c"), R"("a\"b\\c")");
-  EXPECT_EQ(jt::quote("\n\r\t\b\f"), R"("\n\r\t\b\f")");
-  EXPECT_EQ(jt::quote("\x01\x1f"), R"("\u0001\u001f")");
-  EXPECT_EQ(jt::quote("\0"s), R"("\u0000")");
-  EXPECT_EQ(jt::quote("/ \xC3\xA9"), "\"/ \xC3\xA9\"");  // the rest as is
+  EXPECT_EQ(protocol::quote("a\"b\\c"), R"("a\"b\\c")");
+  EXPECT_EQ(protocol::quote("\n\r\t\b\f"), R"("\n\r\t\b\f")");
+  EXPECT_EQ(protocol::quote("\x01\x1f"), R"("\u0001\u001f")");
+  EXPECT_EQ(protocol::quote("\0"s), R"("\u0000")");
+  EXPECT_EQ(protocol::quote("/ \xC3\xA9"), "\"/ \xC3\xA9\"");  // the rest as is
 }
 
 TEST(Splice, ReplacesEachSliceAndNothingElse) {
-  EXPECT_EQ(jt::splice("abcdef", {}), "abcdef");
-  EXPECT_EQ(jt::splice("abcdef", {{{0, 1}, "X"}}), "Xbcdef");
-  EXPECT_EQ(jt::splice("abcdef", {{{5, 1}, "XYZ"}}), "abcdeXYZ");
-  EXPECT_EQ(jt::splice("abcdef", {{{1, 4}, ""}}), "af");
-  EXPECT_EQ(jt::splice("abcdef", {{{3, 0}, "--"}}), "abc--def");  // an empty slice inserts
+  EXPECT_EQ(protocol::splice("abcdef", {}), "abcdef");
+  EXPECT_EQ(protocol::splice("abcdef", {{{0, 1}, "X"}}), "Xbcdef");
+  EXPECT_EQ(protocol::splice("abcdef", {{{5, 1}, "XYZ"}}), "abcdeXYZ");
+  EXPECT_EQ(protocol::splice("abcdef", {{{1, 4}, ""}}), "af");
+  EXPECT_EQ(protocol::splice("abcdef", {{{3, 0}, "--"}}), "abc--def");  // an empty slice inserts
   // Any order.
-  EXPECT_EQ(jt::splice("abcdef", {{{4, 2}, "4"}, {{0, 1}, "0"}, {{2, 1}, "2"}}), "0b2d4");
-  EXPECT_EQ(jt::splice("", {{{0, 0}, "x"}}), "x");
+  EXPECT_EQ(protocol::splice("abcdef", {{{4, 2}, "4"}, {{0, 1}, "0"}, {{2, 1}, "2"}}), "0b2d4");
+  EXPECT_EQ(protocol::splice("", {{{0, 0}, "x"}}), "x");
 
   // What a relay does: rewrite the values it owns, found by the scanner, every other byte as it came.
   const std::string text = R"({"id":"c-1", "params":{"library_token":"t1","args":[1E+2,"\u00e9"]}})";
-  auto members = jt::members(text);
-  const jt::Member* id = jt::find(members, "id");
-  const jt::Member* params = jt::find(members, "params");
+  auto members = protocol::members(text);
+  const protocol::Member* id = protocol::find(members, "id");
+  const protocol::Member* params = protocol::find(members, "params");
   ASSERT_TRUE(id && params);
-  auto inner = jt::members(params->value.of(text));
-  const jt::Member* token = jt::find(inner, "library_token");
+  auto inner = protocol::members(params->value.of(text));
+  const protocol::Member* token = protocol::find(inner, "library_token");
   ASSERT_TRUE(token);
-  const jt::Slice token_in_text{params->value.offset + token->value.offset, token->value.size};
-  EXPECT_EQ(jt::splice(text, {{token_in_text, R"("w-9")"}, {id->value, "17"}}),
+  const protocol::Slice token_in_text{params->value.offset + token->value.offset, token->value.size};
+  EXPECT_EQ(protocol::splice(text, {{token_in_text, R"("w-9")"}, {id->value, "17"}}),
             R"({"id":17, "params":{"library_token":"w-9","args":[1E+2,"\u00e9"]}})");
 }
 
 TEST(Limits, BoundTheMembersOfEveryObject) {
-  jt::Limits limits;
+  protocol::Limits limits;
   limits.max_object_members = 3;
-  EXPECT_TRUE(jt::scan(R"({"a":1,"b":2,"c":{"x":1,"y":2,"z":3}})", limits).first.has_value());
+  EXPECT_TRUE(protocol::scan(R"({"a":1,"b":2,"c":{"x":1,"y":2,"z":3}})", limits).first.has_value());
   for (std::string text : {R"({"a":1,"b":2,"c":3,"d":4})"s, R"([{"a":1,"b":2,"c":3,"d":4}])"s,
                            R"({"a":{"a":1,"b":2,"c":3,"d":4}})"s}) {
-    auto [scanned, error] = jt::scan(text, limits);
+    auto [scanned, error] = protocol::scan(text, limits);
     ASSERT_TRUE(error.has_value()) << text;
     EXPECT_TRUE(error->too_many_members) << text;
     EXPECT_NE(error->message.find("more than 3 members"), std::string::npos) << error->message;
     EXPECT_EQ(text[error->offset], '{') << "the offset is where the object begins: " << text;
   }
   // Duplicates count: they are members all the same.
-  EXPECT_TRUE(jt::scan(R"({"a":1,"a":2,"a":3,"a":4})", limits).second->too_many_members);
+  EXPECT_TRUE(protocol::scan(R"({"a":1,"a":2,"a":3,"a":4})", limits).second->too_many_members);
 }
 
 // Records walk()'s events as text.
-struct Recorder final : jt::Visitor {
+struct Recorder final : protocol::Visitor {
   std::string_view text;
   std::string events;
   std::size_t stop_after = static_cast<std::size_t>(-1);
@@ -465,43 +465,43 @@ struct Recorder final : jt::Visitor {
     return --stop_after != 0;
   }
   bool begin(Kind k, std::size_t offset) override { return note(fmt::format("begin{}@{}", k == Kind::object ? "{" : "[", offset)); }
-  bool key(jt::Slice literal) override { return note("key" + std::string(literal.of(text))); }
-  bool scalar(Kind, jt::Slice value) override { return note(std::string(value.of(text))); }
-  bool end(Kind k, jt::Slice value) override { return note(fmt::format("end{}", std::string(value.of(text)))); }
+  bool key(protocol::Slice literal) override { return note("key" + std::string(literal.of(text))); }
+  bool scalar(Kind, protocol::Slice value) override { return note(std::string(value.of(text))); }
+  bool end(Kind k, protocol::Slice value) override { return note(fmt::format("end{}", std::string(value.of(text)))); }
 };
 
 TEST(Walk, ReportsEveryValueInOrder) {
   const std::string text = R"({"a":[1,NaN,{}],"b\u0041":"x","c":[]})";
   Recorder r;
   r.text = text;
-  EXPECT_FALSE(jt::walk(text, r).has_value());
+  EXPECT_FALSE(protocol::walk(text, r).has_value());
   EXPECT_EQ(r.events,
             R"(begin{@0 key"a" begin[@5 1 NaN begin{@12 end{} end[1,NaN,{}] key"b\u0041" "x" key"c" begin[@34 end[] end{"a":[1,NaN,{}],"b\u0041":"x","c":[]} )");
   // The visitor can stop the walk.
   Recorder stopping;
   stopping.text = text;
   stopping.stop_after = 3;
-  auto error = jt::walk(text, stopping);
+  auto error = protocol::walk(text, stopping);
   ASSERT_TRUE(error.has_value());
   EXPECT_TRUE(error->stopped);
   // Invalid JSON is an error, not a stop.
   Recorder broken;
   broken.text = "[1,]";
-  auto bad = jt::walk("[1,]", broken);
+  auto bad = protocol::walk("[1,]", broken);
   ASSERT_TRUE(bad.has_value());
   EXPECT_FALSE(bad->stopped);
 }
 
-// The work of classifying a message and binding its params, counted by jsontext::operations().
+// The work of classifying a message and binding its params, counted by protocol::operations().
 std::uint64_t relay_work(const std::string& body, std::size_t max_members) {
-  const auto before = jt::operations();
-  auto classified = rjg::parse_message(body, rjg::JsonLimits{64, max_members});
-  const auto* m = std::get_if<rjg::Message>(&classified);
+  const auto before = protocol::operations();
+  auto classified = rjg::protocol::parse_message(body, rjg::protocol::JsonLimits{64, max_members});
+  const auto* m = std::get_if<rjg::protocol::Message>(&classified);
   EXPECT_TRUE(m) << "not classified";
   if (!m) return 0;
-  auto bound = rjg::params::bind_run_keyword(*m);
-  EXPECT_TRUE(std::holds_alternative<rjg::params::RunKeyword>(bound));
-  return jt::operations() - before;
+  auto bound = rjg::protocol::bind_run_keyword(*m);
+  EXPECT_TRUE(std::holds_alternative<rjg::protocol::RunKeyword>(bound));
+  return protocol::operations() - before;
 }
 
 // A run_keyword request with `object` as kwargs, as the only argument, and its keys at the top level of
@@ -557,8 +557,8 @@ TEST(Flood, WorkIsLinearUnderKeysThatCollideInBoostJson) {
 TEST(Flood, TooManyMembersIsAnInvalidRequestWithItsId) {
   const auto frames = flood_frames(rjg::test::ordinary_keys(10));
   for (const auto& body : frames) {
-    auto classified = rjg::parse_message(body, rjg::JsonLimits{64, 1000});
-    const auto* problem = std::get_if<rjg::ProtocolError>(&classified);
+    auto classified = rjg::protocol::parse_message(body, rjg::protocol::JsonLimits{64, 1000});
+    const auto* problem = std::get_if<rjg::protocol::ProtocolError>(&classified);
     ASSERT_TRUE(problem);
     EXPECT_EQ(problem->code, -32600);
     EXPECT_NE(problem->message.find("more than 1000 members"), std::string::npos) << problem->message;
@@ -568,12 +568,12 @@ TEST(Flood, TooManyMembersIsAnInvalidRequestWithItsId) {
 }
 
 TEST(Kinds, HaveReadableNames) {
-  EXPECT_EQ(jt::to_string(Kind::null), "null");
-  EXPECT_EQ(jt::to_string(Kind::boolean), "a boolean");
-  EXPECT_EQ(jt::to_string(Kind::number), "a number");
-  EXPECT_EQ(jt::to_string(Kind::string), "a string");
-  EXPECT_EQ(jt::to_string(Kind::array), "a list");
-  EXPECT_EQ(jt::to_string(Kind::object), "an object");
+  EXPECT_EQ(protocol::to_string(Kind::null), "null");
+  EXPECT_EQ(protocol::to_string(Kind::boolean), "a boolean");
+  EXPECT_EQ(protocol::to_string(Kind::number), "a number");
+  EXPECT_EQ(protocol::to_string(Kind::string), "a string");
+  EXPECT_EQ(protocol::to_string(Kind::array), "a list");
+  EXPECT_EQ(protocol::to_string(Kind::object), "an object");
 }
 
 }  // namespace
@@ -581,11 +581,11 @@ TEST(Kinds, HaveReadableNames) {
 // Lone surrogate escapes, as Python (surrogateescape) and JavaScript (a cut pair) write them, become
 // U+FFFD; pairs, other escapes and an escaped backslash before "u" are left alone.
 TEST(LoneSurrogates, BecomeTheReplacementCharacterAndNothingElseChanges) {
-  using rjg::jsontext::replace_lone_surrogates;
+  using rjg::protocol::replace_lone_surrogates;
   EXPECT_EQ(replace_lone_surrogates(R"({"stdout":"\udcffok"})"), R"({"stdout":"\ufffdok"})");
   EXPECT_EQ(replace_lone_surrogates(R"(["\ud83d", "\ud83d\ude00", "\ude00\ud83d"])"),
             R"(["\ufffd", "\ud83d\ude00", "\ufffd\ufffd"])");
   EXPECT_EQ(replace_lone_surrogates(R"(["\\ud800", "\n\"\u00e9", "end\\"])"), R"(["\\ud800", "\n\"\u00e9", "end\\"])");
   EXPECT_EQ(replace_lone_surrogates(R"(["\ud800\u0041"])"), R"(["\ufffd\u0041"])");
-  EXPECT_TRUE(rjg::jsontext::scan(replace_lone_surrogates(R"({"a":"x\udcff\ud800"})")).first);
+  EXPECT_TRUE(rjg::protocol::scan(replace_lone_surrogates(R"({"a":"x\udcff\ud800"})")).first);
 }

@@ -16,8 +16,8 @@
 namespace {
 
 namespace json = boost::json;
-using rjg::Message;
-using rjg::ProtocolError;
+using rjg::protocol::Message;
+using rjg::protocol::ProtocolError;
 using Kind = Message::Kind;
 
 struct Recorded {
@@ -39,14 +39,14 @@ std::vector<Recorded> load_trace(const std::filesystem::path& file) {
   return out;
 }
 
-const Message& as_message(const rjg::Classified& c) {
+const Message& as_message(const rjg::protocol::Classified& c) {
   if (auto* e = std::get_if<ProtocolError>(&c)) ADD_FAILURE() << "unexpected protocol error: " << e->message;
   static const Message kEmpty;
   auto* m = std::get_if<Message>(&c);
   return m ? *m : kEmpty;
 }
 
-ProtocolError as_error(const rjg::Classified& c) {
+ProtocolError as_error(const rjg::protocol::Classified& c) {
   if (auto* e = std::get_if<ProtocolError>(&c)) return *e;
   ADD_FAILURE() << "expected a protocol error, got a message";
   return ProtocolError{0, ""};
@@ -84,7 +84,7 @@ TEST_P(TraceClassification, EveryBodyHasTheKindItsDirectionImplies) {
     bool client = rec.dir == "c2s";
     ASSERT_TRUE(client || rec.dir == "s2c") << rec.dir;
     Counts& counts = client ? c2s : s2c;
-    auto classified = rjg::parse_message(rec.body);
+    auto classified = rjg::protocol::parse_message(rec.body);
     if (auto* e = std::get_if<ProtocolError>(&classified)) {
       EXPECT_EQ(e->code, rjg::protocol::kParseError) << rec.body;
       // (The reference answered its one malformed body without an id; the gateway finds the id at
@@ -99,7 +99,7 @@ TEST_P(TraceClassification, EveryBodyHasTheKindItsDirectionImplies) {
         ++counts.request;
         EXPECT_TRUE(client) << "a server sent a request: " << rec.body;
         EXPECT_TRUE(m.method().starts_with("robot/")) << m.method();
-        requested[rec.conn].insert(rjg::id_to_string(m.id()));
+        requested[rec.conn].insert(rjg::protocol::id_to_string(m.id()));
         break;
       case Kind::notification:
         ++counts.notification;
@@ -112,7 +112,7 @@ TEST_P(TraceClassification, EveryBodyHasTheKindItsDirectionImplies) {
       case Kind::response:
         ++counts.response;
         EXPECT_FALSE(client) << "a client sent a response: " << rec.body;
-        answered[rec.conn].insert(rjg::id_to_string(m.id()));
+        answered[rec.conn].insert(rjg::protocol::id_to_string(m.id()));
         break;
       case Kind::error_response:
         ++counts.error_response;
@@ -123,7 +123,7 @@ TEST_P(TraceClassification, EveryBodyHasTheKindItsDirectionImplies) {
           EXPECT_EQ(m.error().at("code").to_number<int>(), rjg::protocol::kParseError);
           ++answered_without_id[rec.conn];
         } else {
-          answered[rec.conn].insert(rjg::id_to_string(m.id()));
+          answered[rec.conn].insert(rjg::protocol::id_to_string(m.id()));
         }
         break;
     }
@@ -144,12 +144,12 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.file).starts_with("reference-suite") ? "suite" : "edge_cases"; });
 
 TEST(Message, RecordedIntegerIdIsEchoedAsInteger) {
-  auto m = as_message(rjg::parse_message(R"({"jsonrpc": "2.0", "method": "robot/initialize", "id": 7, "params": {}})"));
+  auto m = as_message(rjg::protocol::parse_message(R"({"jsonrpc": "2.0", "method": "robot/initialize", "id": 7, "params": {}})"));
   EXPECT_EQ(m.kind, Kind::request);
   ASSERT_TRUE(m.id().is_int64());
-  auto answer = rjg::make_result(m.id(), json::object{});
+  auto answer = rjg::protocol::make_result(m.id(), json::object{});
   EXPECT_NE(answer.find("\"id\":7"), std::string::npos) << answer;
-  auto back = as_message(rjg::parse_message(answer));
+  auto back = as_message(rjg::protocol::parse_message(answer));
   EXPECT_EQ(back.kind, Kind::response);
   EXPECT_EQ(back.id(), json::value(7));
 }
@@ -158,24 +158,24 @@ TEST(Message, IdsRoundTripExactly) {
   for (const char* id_text : {"\"1\"", "\"\"", "\"abc-\\u00fc-\\\"quoted\\\"\"", "0", "-5", "9223372036854775807",
                               "18446744073709551615"}) {
     std::string body = std::string(R"({"jsonrpc":"2.0","method":"robot/run_keyword","params":{},"id":)") + id_text + "}";
-    auto m = as_message(rjg::parse_message(body));
+    auto m = as_message(rjg::protocol::parse_message(body));
     ASSERT_EQ(m.kind, Kind::request) << body;
     json::value original = json::parse(id_text);
     EXPECT_EQ(m.id(), original) << id_text;
 
     for (const std::string& answer :
-         {rjg::make_result(m.id(), json::object{}), rjg::make_error(m.id(), rjg::protocol::kKeywordNotFound, "no")}) {
-      auto reply = as_message(rjg::parse_message(answer));
+         {rjg::protocol::make_result(m.id(), json::object{}), rjg::protocol::make_error(m.id(), rjg::protocol::kKeywordNotFound, "no")}) {
+      auto reply = as_message(rjg::protocol::parse_message(answer));
       EXPECT_EQ(reply.id(), original) << answer;
       EXPECT_EQ(reply.id().kind(), original.kind()) << answer;  // a string id stays a string, a number a number
-      EXPECT_EQ(rjg::id_to_string(reply.id()), json::serialize(original));
+      EXPECT_EQ(rjg::protocol::id_to_string(reply.id()), json::serialize(original));
     }
   }
 }
 
 TEST(Message, MakeErrorCarriesCodeMessageAndData) {
-  auto text = rjg::make_error("3", rjg::protocol::kUnknownLibrary, "Library 'X' is not served", json::value("detail"));
-  auto m = as_message(rjg::parse_message(text));
+  auto text = rjg::protocol::make_error("3", rjg::protocol::kUnknownLibrary, "Library 'X' is not served", json::value("detail"));
+  auto m = as_message(rjg::protocol::parse_message(text));
   ASSERT_EQ(m.kind, Kind::error_response);
   EXPECT_EQ(m.id(), json::value("3"));
   EXPECT_EQ(m.error().at("code"), json::value(rjg::protocol::kUnknownLibrary));
@@ -186,11 +186,11 @@ TEST(Message, MakeErrorCarriesCodeMessageAndData) {
 TEST(Message, MalformedJsonIsParseErrorWithTheTopLevelId) {
   // Recorded in reference-edge-cases.jsonl: a body cut short. The reference answered it without an
   // id, so its client could not match the answer; the id is there, at the top level, and comes back.
-  auto e = as_error(rjg::parse_message(R"({"jsonrpc":"2.0","method":"robot/initialize","id":1,"params":)"));
+  auto e = as_error(rjg::protocol::parse_message(R"({"jsonrpc":"2.0","method":"robot/initialize","id":1,"params":)"));
   EXPECT_EQ(e.code, rjg::protocol::kParseError);
   EXPECT_EQ(e.id_text, "1");
   for (const char* body : {"", "{", "not json", "{\"a\":1}}", "\xff\xfe"}) {
-    auto err = as_error(rjg::parse_message(body));
+    auto err = as_error(rjg::protocol::parse_message(body));
     EXPECT_EQ(err.code, rjg::protocol::kParseError) << body;
     EXPECT_EQ(err.id_text, "null") << body;
   }
@@ -206,7 +206,7 @@ void PrintTo(const Invalid& c, std::ostream* os) { *os << c.name; }
 class InvalidRequests : public ::testing::TestWithParam<Invalid> {};
 
 TEST_P(InvalidRequests, AnswerInvalidRequestWithTheReadableId) {
-  auto e = as_error(rjg::parse_message(GetParam().body));
+  auto e = as_error(rjg::protocol::parse_message(GetParam().body));
   EXPECT_EQ(e.code, rjg::protocol::kInvalidRequest) << e.message;
   EXPECT_EQ(e.id_text, GetParam().id_text) << e.message;  // a string id stays a string, a number a number
   EXPECT_TRUE(e.message.starts_with("Invalid Request")) << e.message;
@@ -237,7 +237,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Message, NestingDeeperThanTheLimitIsParseError) {
-  rjg::JsonLimits limits;
+  rjg::protocol::JsonLimits limits;
   limits.max_depth = 8;
   auto nested = [](int levels) {
     // The message object is one level; the rest is params nesting.
@@ -245,8 +245,8 @@ TEST(Message, NestingDeeperThanTheLimitIsParseError) {
     params += std::string(levels - 1, ']');
     return R"({"jsonrpc":"2.0","method":"robot/log","params":)" + params + "}";
   };
-  EXPECT_EQ(as_message(rjg::parse_message(nested(8), limits)).kind, Kind::notification);
-  auto e = as_error(rjg::parse_message(nested(9), limits));
+  EXPECT_EQ(as_message(rjg::protocol::parse_message(nested(8), limits)).kind, Kind::notification);
+  auto e = as_error(rjg::protocol::parse_message(nested(9), limits));
   EXPECT_EQ(e.code, rjg::protocol::kParseError);
   EXPECT_EQ(e.id_text, "null");
   EXPECT_NE(e.message.find("nesting"), std::string::npos) << e.message;
@@ -254,7 +254,7 @@ TEST(Message, NestingDeeperThanTheLimitIsParseError) {
 
   // The default limit stops a deep bomb without recursion trouble.
   std::string bomb = R"({"jsonrpc":"2.0","id":"1","method":"m","params":)" + std::string(100000, '[');
-  EXPECT_EQ(as_error(rjg::parse_message(bomb)).code, rjg::protocol::kParseError);
+  EXPECT_EQ(as_error(rjg::protocol::parse_message(bomb)).code, rjg::protocol::kParseError);
 }
 
 // The body is kept as received: unknown fields, white space and every value's spelling travel on.
@@ -263,17 +263,17 @@ TEST(Message, UnknownFieldsSurviveByteForByte) {
       R"({"library_token":"t", "name":"Echo","args":[{"__pickled__":"80049500"}],"future":true})";
   const std::string body = "{\"jsonrpc\":\"2.0\", \"id\":\"1\",\"method\":\"robot/run_keyword\",\n"
                            "  \"x-trace\":{\"span\":[1,2]},\"params\":" + params + "} ";
-  auto m = as_message(rjg::parse_message(body));
+  auto m = as_message(rjg::protocol::parse_message(body));
   ASSERT_EQ(m.kind, Kind::request);
   EXPECT_EQ(m.text(), body);
   EXPECT_EQ(m.params_text(), params);
-  EXPECT_EQ(m.params_kind(), rjg::jsontext::Kind::object);
+  EXPECT_EQ(m.params_kind(), rjg::protocol::Kind::object);
   // The tree view is parsed from the same text.
   EXPECT_EQ(m.params().at("future"), json::value(true));
   EXPECT_EQ(m.params().at("args"), json::parse(R"([{"__pickled__":"80049500"}])"));
 
   const std::string response = R"({"jsonrpc":"2.0","id":"2","result":{},"extra":[null]})";
-  auto r = as_message(rjg::parse_message(response));
+  auto r = as_message(rjg::protocol::parse_message(response));
   ASSERT_EQ(r.kind, Kind::response);
   EXPECT_EQ(r.text(), response);
   EXPECT_EQ(r.result_text(), "{}");
@@ -286,23 +286,23 @@ TEST(Message, NumberTextsAreKept) {
                              "0.10", "-5e-3"}) {
     const std::string request = R"({"jsonrpc":"2.0","id":)" + number +
                                 R"(,"method":"robot/run_keyword","params":{"args":[)" + number + "]}}";
-    auto m = as_message(rjg::parse_message(request));
+    auto m = as_message(rjg::protocol::parse_message(request));
     ASSERT_EQ(m.kind, Kind::request) << request;
     EXPECT_EQ(m.text(), request);
     EXPECT_EQ(m.id_text(), number);
     EXPECT_EQ(m.params_text(), R"({"args":[)" + number + "]}");
 
     const std::string response = R"({"jsonrpc":"2.0","id":)" + number + R"(,"result":)" + number + "}";
-    auto r = as_message(rjg::parse_message(response));
+    auto r = as_message(rjg::protocol::parse_message(response));
     ASSERT_EQ(r.kind, Kind::response) << response;
     EXPECT_EQ(r.id_text(), number);
     EXPECT_EQ(r.result_text(), number);
     // Answering with the raw builders carries the texts through.
-    EXPECT_EQ(rjg::make_result_raw(m.id_text(), r.result_text()), response);
+    EXPECT_EQ(rjg::protocol::make_result_raw(m.id_text(), r.result_text()), response);
 
     const std::string error = R"({"jsonrpc":"2.0","id":)" + number +
                               R"(,"error":{"code":-32001,"message":"m","data":)" + number + "}}";
-    auto e = as_message(rjg::parse_message(error));
+    auto e = as_message(rjg::protocol::parse_message(error));
     ASSERT_EQ(e.kind, Kind::error_response) << error;
     EXPECT_EQ(e.error_data_text(), number);
     EXPECT_EQ(e.text(), error);
@@ -313,7 +313,7 @@ TEST(Message, NumberTextsAreKept) {
 TEST(Message, StringEscapesAreKept) {
   const std::string body =
       R"({"jsonrpc":"2.0","id":"\u00e9\/","method":"robot\/log","params":{"message":"caf\u00e9 \/ \"q\""}})";
-  auto m = as_message(rjg::parse_message(body));
+  auto m = as_message(rjg::protocol::parse_message(body));
   ASSERT_EQ(m.kind, Kind::request);
   EXPECT_EQ(m.text(), body);
   EXPECT_EQ(m.id_text(), R"("\u00e9\/")");
@@ -322,7 +322,7 @@ TEST(Message, StringEscapesAreKept) {
   EXPECT_EQ(m.params_text(), R"({"message":"caf\u00e9 \/ \"q\""})");
   EXPECT_EQ(m.params().at("message"), json::value("caf\xC3\xA9 / \"q\""));
 
-  auto e = as_message(rjg::parse_message(
+  auto e = as_message(rjg::protocol::parse_message(
       R"({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"bad \u00e9\/","data":"\ud83d\ude00"}})"));
   ASSERT_EQ(e.kind, Kind::error_response);
   EXPECT_EQ(e.error_code(), -32700);
@@ -334,12 +334,12 @@ TEST(Message, StringEscapesAreKept) {
 TEST(Message, WithIdChangesOnlyTheId) {
   const std::string head = R"({ "jsonrpc" : "2.0", "id" : )";
   const std::string tail = R"( , "method":"robot\/run_keyword","params":{"args":[1E+2,-0.0,"\u00e9\/"]},"x":{}} )";
-  auto m = as_message(rjg::parse_message(head + R"("client-7")" + tail));
+  auto m = as_message(rjg::protocol::parse_message(head + R"("client-7")" + tail));
   ASSERT_EQ(m.kind, Kind::request);
   for (std::string new_id : {R"("gw-1")", "18446744073709551617", R"("\u00e9\"")"}) {
     const std::string changed = m.with_id(new_id);
     EXPECT_EQ(changed, head + new_id + tail);
-    auto again = as_message(rjg::parse_message(changed));
+    auto again = as_message(rjg::protocol::parse_message(changed));
     EXPECT_EQ(again.kind, Kind::request);
     EXPECT_EQ(again.id_text(), new_id);
     EXPECT_EQ(again.method(), m.method());
@@ -347,38 +347,38 @@ TEST(Message, WithIdChangesOnlyTheId) {
   }
 
   const std::string response = R"({"jsonrpc":"2.0","result":{"result":1E+2},"id":"w-3"})";
-  auto r = as_message(rjg::parse_message(response));
+  auto r = as_message(rjg::protocol::parse_message(response));
   EXPECT_EQ(r.with_id(R"("c-9")"), R"({"jsonrpc":"2.0","result":{"result":1E+2},"id":"c-9"})");
 
-  auto e = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","id":7,"error":{"code":-32001,"message":"x"}})"));
+  auto e = as_message(rjg::protocol::parse_message(R"({"jsonrpc":"2.0","id":7,"error":{"code":-32001,"message":"x"}})"));
   EXPECT_EQ(e.with_id("8"), R"({"jsonrpc":"2.0","id":8,"error":{"code":-32001,"message":"x"}})");
 
   // A duplicated id: the last one is the id (as Python's json module reads it), and the one replaced.
-  auto dup = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","id":"a","method":"robot/shutdown","id":"b"})"));
+  auto dup = as_message(rjg::protocol::parse_message(R"({"jsonrpc":"2.0","id":"a","method":"robot/shutdown","id":"b"})"));
   EXPECT_EQ(dup.id_text(), R"("b")");
   EXPECT_EQ(dup.with_id("1"), R"({"jsonrpc":"2.0","id":"a","method":"robot/shutdown","id":1})");
 
   // A notification has no id to change.
   const std::string notification = R"({"jsonrpc":"2.0","method":"robot/log","params":{"message":"m"}})";
-  auto n = as_message(rjg::parse_message(notification));
+  auto n = as_message(rjg::protocol::parse_message(notification));
   EXPECT_EQ(n.with_id(R"("x")"), notification);
 }
 
 TEST(Message, AccessorsOnEachKind) {
-  auto n = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","method":"robot/initialized"})"));
+  auto n = as_message(rjg::protocol::parse_message(R"({"jsonrpc":"2.0","method":"robot/initialized"})"));
   EXPECT_EQ(n.kind, Kind::notification);
   EXPECT_EQ(n.method(), rjg::protocol::kInitialized);
   EXPECT_TRUE(n.params().is_null());  // absent params read as null
   EXPECT_EQ(n.params_text(), "");
   EXPECT_EQ(n.id_text(), "null");
 
-  auto r = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","id":"4","result":{"result":"x"}})"));
+  auto r = as_message(rjg::protocol::parse_message(R"({"jsonrpc":"2.0","id":"4","result":{"result":"x"}})"));
   EXPECT_EQ(r.kind, Kind::response);
   EXPECT_EQ(r.result(), json::parse(R"({"result":"x"})"));
   EXPECT_EQ(r.result_text(), R"({"result":"x"})");
   EXPECT_EQ(r.id_text(), R"("4")");
 
-  auto e = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"bad"}})"));
+  auto e = as_message(rjg::protocol::parse_message(R"({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"bad"}})"));
   EXPECT_EQ(e.kind, Kind::error_response);
   EXPECT_TRUE(e.id().is_null());
   EXPECT_EQ(e.error().at("code"), json::value(-32700));
@@ -395,14 +395,14 @@ TEST(Message, AccessorsOnEachKind) {
 TEST(MessageTest, NumbersOfAnySizeAndNonFiniteLiteralsPassUnchanged) {
   const std::string args = R"([1e400,-1e400,-0.0,1E+2,5e-324,1234567890123456789012345678901234567890,NaN,Infinity,-Infinity,0e-0007])";
   const std::string body = R"({"jsonrpc":"2.0","id":"1","method":"robot/run_keyword","params":{"args":)" + args + "}}";
-  auto m = as_message(rjg::parse_message(body));
+  auto m = as_message(rjg::protocol::parse_message(body));
   EXPECT_EQ(m.text(), body);
   EXPECT_EQ(m.params_text(), R"({"args":)" + args + "}");
   EXPECT_EQ(m.with_id("7"), R"({"jsonrpc":"2.0","id":7,"method":"robot/run_keyword","params":{"args":)" + args + "}}");
   // A result and error data from a worker, likewise.
-  auto r = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","id":3,"result":{"result":[NaN,1e400]}})"));
+  auto r = as_message(rjg::protocol::parse_message(R"({"jsonrpc":"2.0","id":3,"result":{"result":[NaN,1e400]}})"));
   EXPECT_EQ(r.result_text(), R"({"result":[NaN,1e400]})");
-  auto e = as_message(rjg::parse_message(R"({"jsonrpc":"2.0","id":3,"error":{"code":NaN,"message":"m","data":-Infinity}})"));
+  auto e = as_message(rjg::protocol::parse_message(R"({"jsonrpc":"2.0","id":3,"error":{"code":NaN,"message":"m","data":-Infinity}})"));
   EXPECT_EQ(e.error_code(), 0);  // not a number the gateway can use, and no undefined conversion
   EXPECT_EQ(e.error_data_text(), "-Infinity");
 }
@@ -413,28 +413,28 @@ TEST(MessageTest, IdsOfEveryKindComeBackByteIdentical) {
                          "18446744073709551617", "1.5e-7", "-7", "\"x\\u00e9\\ud83d\\ude00\\/\"", "\"\"", "0"}) {
     SCOPED_TRACE(id);
     const std::string body = R"({"jsonrpc":"2.0","id":)" + id + R"(,"method":"robot/shutdown"})";
-    auto m = as_message(rjg::parse_message(body));
+    auto m = as_message(rjg::protocol::parse_message(body));
     ASSERT_EQ(m.kind, Kind::request);
     EXPECT_EQ(m.id_text(), id);
-    EXPECT_NE(rjg::make_result_raw(m.id_text(), "{}").find(R"("id":)" + id + ","), std::string::npos);
-    EXPECT_NE(rjg::make_error_raw(m.id_text(), -32601, "no").find(R"("id":)" + id + ","), std::string::npos);
+    EXPECT_NE(rjg::protocol::make_result_raw(m.id_text(), "{}").find(R"("id":)" + id + ","), std::string::npos);
+    EXPECT_NE(rjg::protocol::make_error_raw(m.id_text(), -32601, "no").find(R"("id":)" + id + ","), std::string::npos);
     // An invalid message keeps it too.
-    auto invalid = rjg::parse_message(R"({"jsonrpc":"1.0","id":)" + id + "}");
-    ASSERT_TRUE(std::holds_alternative<rjg::ProtocolError>(invalid));
-    EXPECT_EQ(std::get<rjg::ProtocolError>(invalid).id_text, id);
+    auto invalid = rjg::protocol::parse_message(R"({"jsonrpc":"1.0","id":)" + id + "}");
+    ASSERT_TRUE(std::holds_alternative<rjg::protocol::ProtocolError>(invalid));
+    EXPECT_EQ(std::get<rjg::protocol::ProtocolError>(invalid).id_text, id);
   }
 }
 
 // NaN and Infinity are numbers in values, but the gateway never writes them: not as an id.
 TEST(MessageTest, NonFiniteIdsAreInvalid) {
   for (const char* id : {"NaN", "Infinity", "-Infinity"}) {
-    auto classified = rjg::parse_message(std::string(R"({"jsonrpc":"2.0","id":)") + id + R"(,"method":"robot/shutdown"})");
-    ASSERT_TRUE(std::holds_alternative<rjg::ProtocolError>(classified)) << id;
-    const auto& problem = std::get<rjg::ProtocolError>(classified);
+    auto classified = rjg::protocol::parse_message(std::string(R"({"jsonrpc":"2.0","id":)") + id + R"(,"method":"robot/shutdown"})");
+    ASSERT_TRUE(std::holds_alternative<rjg::protocol::ProtocolError>(classified)) << id;
+    const auto& problem = std::get<rjg::protocol::ProtocolError>(classified);
     EXPECT_EQ(problem.code, rjg::protocol::kInvalidRequest) << id;
     EXPECT_EQ(problem.id_text, "null") << id;
     EXPECT_NE(problem.message.find("finite number"), std::string::npos) << problem.message;
-    EXPECT_EQ(rjg::top_level_id(std::string(R"({"id":)") + id + "}"), "null");
+    EXPECT_EQ(rjg::protocol::top_level_id(std::string(R"({"id":)") + id + "}"), "null");
   }
 }
 
@@ -463,18 +463,18 @@ TEST(MessageTest, ParseErrorsCarryTheTopLevelId) {
            {"", "null"},
        }) {
     SCOPED_TRACE(c.body);
-    EXPECT_EQ(rjg::top_level_id(c.body), c.id);
-    auto classified = rjg::parse_message(c.body);
-    ASSERT_TRUE(std::holds_alternative<rjg::ProtocolError>(classified));
-    const auto& problem = std::get<rjg::ProtocolError>(classified);
+    EXPECT_EQ(rjg::protocol::top_level_id(c.body), c.id);
+    auto classified = rjg::protocol::parse_message(c.body);
+    ASSERT_TRUE(std::holds_alternative<rjg::protocol::ProtocolError>(classified));
+    const auto& problem = std::get<rjg::protocol::ProtocolError>(classified);
     EXPECT_EQ(problem.code, rjg::protocol::kParseError) << problem.message;
     EXPECT_EQ(problem.id_text, c.id);
   }
   // Too deep is a parse error too, with the id.
   std::string deep = R"({"id":"d","params":)" + std::string(100, '[') + std::string(100, ']') + "}";
-  auto classified = rjg::parse_message(deep);
-  ASSERT_TRUE(std::holds_alternative<rjg::ProtocolError>(classified));
-  EXPECT_EQ(std::get<rjg::ProtocolError>(classified).id_text, R"("d")");
+  auto classified = rjg::protocol::parse_message(deep);
+  ASSERT_TRUE(std::holds_alternative<rjg::protocol::ProtocolError>(classified));
+  EXPECT_EQ(std::get<rjg::protocol::ProtocolError>(classified).id_text, R"("d")");
 }
 
 // The lenient scan is linear: a body of many top-level members and deep brackets costs one pass.
@@ -482,5 +482,5 @@ TEST(MessageTest, TopLevelIdScanIsLinear) {
   std::string body = "{";
   for (int i = 0; i < 100000; ++i) body += R"("k":[[[[1]]]],)";
   body += R"("id":42, broken)";
-  EXPECT_EQ(rjg::top_level_id(body), "42");
+  EXPECT_EQ(rjg::protocol::top_level_id(body), "42");
 }

@@ -13,29 +13,29 @@
 
 namespace {
 
-namespace params = rjg::params;
-using rjg::Message;
+namespace protocol = rjg::protocol;
+using rjg::protocol::Message;
 
 Message request(std::string_view method, std::string_view params_json) {
   std::string body = R"({"jsonrpc":"2.0","id":"1","method":")" + std::string(method) + "\"";
   if (!params_json.empty()) body += ",\"params\":" + std::string(params_json);
   body += "}";
-  auto classified = rjg::parse_message(body);
-  if (auto* e = std::get_if<rjg::ProtocolError>(&classified)) ADD_FAILURE() << body << ": " << e->message;
+  auto classified = rjg::protocol::parse_message(body);
+  if (auto* e = std::get_if<rjg::protocol::ProtocolError>(&classified)) ADD_FAILURE() << body << ": " << e->message;
   auto* m = std::get_if<Message>(&classified);
   return m ? *m : Message{};
 }
 
 template <typename P>
-P bound(const params::Bound<P>& b) {
-  if (auto* invalid = std::get_if<params::Invalid>(&b)) ADD_FAILURE() << "not bound: " << invalid->message;
+P bound(const protocol::Bound<P>& b) {
+  if (auto* invalid = std::get_if<protocol::Invalid>(&b)) ADD_FAILURE() << "not bound: " << invalid->message;
   auto* p = std::get_if<P>(&b);
   return p ? *p : P{};
 }
 
 template <typename P>
-std::string invalid(const params::Bound<P>& b) {
-  auto* i = std::get_if<params::Invalid>(&b);
+std::string invalid(const protocol::Bound<P>& b) {
+  auto* i = std::get_if<protocol::Invalid>(&b);
   if (!i) {
     ADD_FAILURE() << "bound, expected a -32602 message";
     return {};
@@ -45,7 +45,7 @@ std::string invalid(const params::Bound<P>& b) {
 
 TEST(BindImportLibrary, AllFields) {
   const std::string text = R"({"name":"Lib\u00e9", "args":[1E+2,"a"],"kw_args":{"k":-0.0},"extra":true})";
-  auto p = bound(params::bind_import_library(request(rjg::protocol::kImportLibrary, text)));
+  auto p = bound(protocol::bind_import_library(request(rjg::protocol::kImportLibrary, text)));
   EXPECT_EQ(p.text, text);  // the object as sent
   EXPECT_EQ(p.name, "Lib\xC3\xA9");
   EXPECT_EQ(p.name_value.of(p.text), R"("Lib\u00e9")");
@@ -59,7 +59,7 @@ TEST(BindImportLibrary, AllFields) {
 
 TEST(BindImportLibrary, OptionalFieldsAbsentOrNull) {
   for (std::string text : {R"({"name":"L"})", R"({"name":"L","args":null,"kw_args":null})"}) {
-    auto p = bound(params::bind_import_library(request(rjg::protocol::kImportLibrary, text)));
+    auto p = bound(protocol::bind_import_library(request(rjg::protocol::kImportLibrary, text)));
     EXPECT_EQ(p.name, "L") << text;
     EXPECT_FALSE(p.args.has_value()) << text;
     EXPECT_FALSE(p.kw_args.has_value()) << text;
@@ -68,13 +68,13 @@ TEST(BindImportLibrary, OptionalFieldsAbsentOrNull) {
 }
 
 TEST(BindImportLibrary, DuplicatedFieldTheLastCounts) {
-  auto p = bound(params::bind_import_library(request(rjg::protocol::kImportLibrary, R"({"name":"A","name":"B"})")));
+  auto p = bound(protocol::bind_import_library(request(rjg::protocol::kImportLibrary, R"({"name":"A","name":"B"})")));
   EXPECT_EQ(p.name, "B");
 }
 
 TEST(BindRunKeyword, AllFields) {
   const std::string text = R"({"library_token":"t-1","name":"Echo","args":[{"__pickled__":"80"}],"kwargs":{"a":1}})";
-  auto p = bound(params::bind_run_keyword(request(rjg::protocol::kRunKeyword, text)));
+  auto p = bound(protocol::bind_run_keyword(request(rjg::protocol::kRunKeyword, text)));
   EXPECT_EQ(p.text, text);
   EXPECT_EQ(p.library_token, "t-1");
   EXPECT_EQ(p.library_token_value.of(p.text), R"("t-1")");
@@ -88,7 +88,7 @@ TEST(BindRunKeyword, AllFields) {
 TEST(BindRunKeyword, OptionalFieldsAbsentOrNull) {
   for (std::string text : {R"({"library_token":"t","name":"K"})",
                            R"({"library_token":"t","name":"K","args":null,"kwargs":null})"}) {
-    auto p = bound(params::bind_run_keyword(request(rjg::protocol::kRunKeyword, text)));
+    auto p = bound(protocol::bind_run_keyword(request(rjg::protocol::kRunKeyword, text)));
     EXPECT_EQ(p.name, "K") << text;
     EXPECT_FALSE(p.args.has_value()) << text;
     EXPECT_FALSE(p.kwargs.has_value()) << text;
@@ -96,14 +96,14 @@ TEST(BindRunKeyword, OptionalFieldsAbsentOrNull) {
 }
 
 TEST(BindFinalizeLibrary, Token) {
-  auto p = bound(params::bind_finalize_library(request(rjg::protocol::kFinalizeLibrary, R"({"token":"t-9"})")));
+  auto p = bound(protocol::bind_finalize_library(request(rjg::protocol::kFinalizeLibrary, R"({"token":"t-9"})")));
   EXPECT_EQ(p.token, "t-9");
 }
 
 TEST(BindInitialize, AnyParamsAreTaken) {
   // Neither the gateway nor the SDK reads them; a list was always accepted, and still is.
   for (std::string text : {"", "null", "{}", "[]", R"({"capabilities":{},"client_info":{"name":"x"},"more":1})"}) {
-    auto p = bound(params::bind_initialize(request(rjg::protocol::kInitialize, text)));
+    auto p = bound(protocol::bind_initialize(request(rjg::protocol::kInitialize, text)));
     EXPECT_EQ(p.text, text.empty() || text == "null" ? "{}" : text);
   }
 }
@@ -117,15 +117,15 @@ struct Wrong {
 };
 void PrintTo(const Wrong& w, std::ostream* os) { *os << w.name; }
 
-params::Invalid bind_any(const Message& m) {
+protocol::Invalid bind_any(const Message& m) {
   auto pick = [](const auto& b) {
-    auto* i = std::get_if<params::Invalid>(&b);
-    return i ? *i : params::Invalid{};
+    auto* i = std::get_if<protocol::Invalid>(&b);
+    return i ? *i : protocol::Invalid{};
   };
-  if (m.method() == rjg::protocol::kImportLibrary) return pick(params::bind_import_library(m));
-  if (m.method() == rjg::protocol::kRunKeyword) return pick(params::bind_run_keyword(m));
-  if (m.method() == rjg::protocol::kFinalizeLibrary) return pick(params::bind_finalize_library(m));
-  return pick(params::bind_initialize(m));
+  if (m.method() == rjg::protocol::kImportLibrary) return pick(protocol::bind_import_library(m));
+  if (m.method() == rjg::protocol::kRunKeyword) return pick(protocol::bind_run_keyword(m));
+  if (m.method() == rjg::protocol::kFinalizeLibrary) return pick(protocol::bind_finalize_library(m));
+  return pick(protocol::bind_initialize(m));
 }
 
 class WrongParams : public ::testing::TestWithParam<Wrong> {};

@@ -26,11 +26,11 @@
 namespace {
 
 namespace json = boost::json;
-using rjg::check_pickle_data_only;
-using rjg::describe;
-using rjg::inspect_pickles;
-using rjg::PickleLimits;
-using rjg::PickleMode;
+using rjg::pickle::check_pickle_data_only;
+using rjg::pickle::describe;
+using rjg::pickle::inspect_pickles;
+using rjg::pickle::PickleLimits;
+using rjg::pickle::PickleMode;
 
 // ---------------------------------------------------------------------------------------------------
 // Builders for hand-made pickles.
@@ -896,10 +896,10 @@ const std::string kEvil = hex_to_bytes(kPythonMade[3].hex);
 
 // The tree inspector and the text inspector (what the gateway uses) on the same value: they must agree
 // on every refusal, its path, reason and offset.
-std::optional<rjg::PickleRefusal> inspect_both(const json::value& v, PickleMode mode, std::string_view path,
+std::optional<rjg::pickle::PickleRefusal> inspect_both(const json::value& v, PickleMode mode, std::string_view path,
                                                const PickleLimits& limits = {}) {
   auto tree = inspect_pickles(v, mode, path, limits);
-  auto text = rjg::inspect_pickles_text(json::serialize(v), mode, path, limits);
+  auto text = rjg::pickle::inspect_pickles_text(json::serialize(v), mode, path, limits);
   EXPECT_EQ(tree.has_value(), text.has_value()) << json::serialize(v).substr(0, 200);
   if (tree && text) {
     EXPECT_EQ(tree->path, text->path);
@@ -1032,7 +1032,7 @@ TEST(PickleJson, OversizedHexIsRefusedBeforeDecoding) {
 
 namespace rjg_pickle_text {
 
-using rjg::inspect_pickles_text;
+using rjg::pickle::inspect_pickles_text;
 
 // What only the text inspector can do: values a tree cannot hold travel past it, and keys are read as
 // written (escapes, duplicates) without a tree.
@@ -1093,19 +1093,19 @@ TEST(PickleText, InvalidJsonIsRefused) {
 }
 
 // The walk costs the same for keys that flood Boost.JSON's hash table as for ordinary keys, and twice
-// the keys cost twice the work (counted by jsontext::operations(), not timed).
+// the keys cost twice the work (counted by protocol::operations(), not timed).
 TEST(PickleText, WorkIsLinearUnderCollidingKeys) {
   std::vector<double> per_byte;
   for (unsigned stages : {17u, 18u}) {
     const std::string flood = "[" + rjg::test::object_of_keys(rjg::test::colliding_keys(stages)) + "," + pickled_json(kPlain) + "]";
     const std::string plain = "[" + rjg::test::object_of_keys(rjg::test::ordinary_keys(stages)) + "," + pickled_json(kPlain) + "]";
     ASSERT_EQ(flood.size(), plain.size());
-    auto before = rjg::jsontext::operations();
+    auto before = rjg::protocol::operations();
     EXPECT_FALSE(inspect_pickles_text(flood, PickleMode::data_only, "args").has_value());
-    const auto flood_work = rjg::jsontext::operations() - before;
-    before = rjg::jsontext::operations();
+    const auto flood_work = rjg::protocol::operations() - before;
+    before = rjg::protocol::operations();
     EXPECT_FALSE(inspect_pickles_text(plain, PickleMode::data_only, "args").has_value());
-    EXPECT_EQ(rjg::jsontext::operations() - before, flood_work);
+    EXPECT_EQ(rjg::protocol::operations() - before, flood_work);
     per_byte.push_back(static_cast<double>(flood_work) / static_cast<double>(flood.size()));
   }
   EXPECT_NEAR(per_byte[1], per_byte[0], per_byte[0] / 100);

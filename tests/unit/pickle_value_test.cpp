@@ -34,7 +34,7 @@ void PrintTo(const PyValue& v, std::ostream* os) { *os << py_repr(v); }
 namespace {
 
 using namespace rjg::pickle;
-using rjg::PickleLimits;
+using rjg::pickle::PickleLimits;
 
 // ---------------------------------------------------------------------------------------------------
 // Helpers.

@@ -32,10 +32,10 @@
 namespace {
 
 using namespace std::chrono_literals;
-using rjg::gateway::parse_proxy_header;
-using rjg::gateway::proxy_header_text;
-using rjg::gateway::ProxyParse;
-using rjg::gateway::read_proxy_header;
+using rjg::gateway::fronts::parse_proxy_header;
+using rjg::gateway::fronts::proxy_header_text;
+using rjg::gateway::fronts::ProxyParse;
+using rjg::gateway::fronts::read_proxy_header;
 using Status = ProxyParse::Status;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;

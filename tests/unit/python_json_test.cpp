@@ -44,7 +44,7 @@ TEST(PythonDialect, OnlyScalarsAndFlatContainersHaveAJsonForm) {
 // What a classic client sends towards a (Python) worker: a struct holding an array is pickled, so the
 // reference server reads it; flat arrays and structs stay JSON.
 TEST(PythonDialect, ClassicArgumentsThatNestArePickled) {
-  auto arg = [](rjg::xmlrpc::Value v) { return rjg::classic::to_json_argument(rjg::classic::to_python(v)); };
+  auto arg = [](rjg::xmlrpc::Value v) { return rjg::xmlrpc::to_json_argument(rjg::xmlrpc::to_python(v)); };
   EXPECT_EQ(arg(rjg::xmlrpc::Array{1, "a"}), R"([1,"a"])");
   const std::string nested = arg(rjg::xmlrpc::Struct{{"items", rjg::xmlrpc::Array{1, "two"}}, {"n", 1}});
   ASSERT_TRUE(is_pickled(nested)) << nested;

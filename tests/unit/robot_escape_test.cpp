@@ -13,8 +13,8 @@
 namespace {
 
 namespace json = boost::json;
-namespace robot = rjg::robot;
-namespace eval = rjg::robot_eval;
+namespace protocol = rjg::protocol;
+namespace eval = rjg::test_worker;
 
 // Every form the evaluation knows, plus strings that hold none.
 const std::vector<std::string> kForms = {
@@ -27,41 +27,41 @@ const std::vector<std::string> kForms = {
 };
 
 TEST(RobotEscape, ExactTextOfEachForm) {
-  EXPECT_EQ(robot::escape(""), "");
-  EXPECT_EQ(robot::escape("plain text"), "plain text");
-  EXPECT_EQ(robot::escape("${x}"), "\\${x}");
-  EXPECT_EQ(robot::escape("@{x}"), "\\@{x}");
-  EXPECT_EQ(robot::escape("&{x}"), "\\&{x}");
-  EXPECT_EQ(robot::escape("%{x}"), "\\%{x}");
-  EXPECT_EQ(robot::escape("*{x}"), "\\*{x}");
-  EXPECT_EQ(robot::escape("${{1+1}}"), "\\${{1+1}}");
-  EXPECT_EQ(robot::escape("$${x}"), "$\\${x}");
-  EXPECT_EQ(robot::escape("$ {x} {"), "$ {x} {");
-  EXPECT_EQ(robot::escape("a\\b"), "a\\\\b");
-  EXPECT_EQ(robot::escape("\\"), "\\\\");
-  EXPECT_EQ(robot::escape("\\${x}"), "\\\\\\${x}");
-  EXPECT_EQ(robot::escape("a=b"), "a\\=b");
-  EXPECT_EQ(robot::escape("AND"), "\\AND");
-  EXPECT_EQ(robot::escape("ELSE IF"), "\\ELSE IF");
-  EXPECT_EQ(robot::escape("WITH NAME"), "\\WITH NAME");
-  EXPECT_EQ(robot::escape("AS"), "\\AS");
-  EXPECT_EQ(robot::escape("ELSE"), "\\ELSE");
+  EXPECT_EQ(protocol::escape(""), "");
+  EXPECT_EQ(protocol::escape("plain text"), "plain text");
+  EXPECT_EQ(protocol::escape("${x}"), "\\${x}");
+  EXPECT_EQ(protocol::escape("@{x}"), "\\@{x}");
+  EXPECT_EQ(protocol::escape("&{x}"), "\\&{x}");
+  EXPECT_EQ(protocol::escape("%{x}"), "\\%{x}");
+  EXPECT_EQ(protocol::escape("*{x}"), "\\*{x}");
+  EXPECT_EQ(protocol::escape("${{1+1}}"), "\\${{1+1}}");
+  EXPECT_EQ(protocol::escape("$${x}"), "$\\${x}");
+  EXPECT_EQ(protocol::escape("$ {x} {"), "$ {x} {");
+  EXPECT_EQ(protocol::escape("a\\b"), "a\\\\b");
+  EXPECT_EQ(protocol::escape("\\"), "\\\\");
+  EXPECT_EQ(protocol::escape("\\${x}"), "\\\\\\${x}");
+  EXPECT_EQ(protocol::escape("a=b"), "a\\=b");
+  EXPECT_EQ(protocol::escape("AND"), "\\AND");
+  EXPECT_EQ(protocol::escape("ELSE IF"), "\\ELSE IF");
+  EXPECT_EQ(protocol::escape("WITH NAME"), "\\WITH NAME");
+  EXPECT_EQ(protocol::escape("AS"), "\\AS");
+  EXPECT_EQ(protocol::escape("ELSE"), "\\ELSE");
   // Only whole control words: anything else is plain text to Robot.
-  EXPECT_EQ(robot::escape("and"), "and");
-  EXPECT_EQ(robot::escape("AND "), "AND ");
-  EXPECT_EQ(robot::escape("ANDY"), "ANDY");
+  EXPECT_EQ(protocol::escape("and"), "and");
+  EXPECT_EQ(protocol::escape("AND "), "AND ");
+  EXPECT_EQ(protocol::escape("ANDY"), "ANDY");
   // A control word with "=" is not a control word; the "=" is escaped.
-  EXPECT_EQ(robot::escape("AS=1"), "AS\\=1");
-  EXPECT_EQ(robot::escape("päivää=世界"), "päivää\\=世界");
+  EXPECT_EQ(protocol::escape("AS=1"), "AS\\=1");
+  EXPECT_EQ(protocol::escape("päivää=世界"), "päivää\\=世界");
 }
 
 TEST(RobotEscape, HoldsSyntaxIsEscapeChangesIt) {
-  for (const auto& s : kForms) EXPECT_EQ(robot::holds_syntax(s), robot::escape(s) != s) << s;
-  EXPECT_FALSE(robot::holds_syntax(""));
-  EXPECT_FALSE(robot::holds_syntax("plain, {braces} and $ @ & % * alone"));
-  EXPECT_TRUE(robot::holds_syntax("x=1"));
-  EXPECT_TRUE(robot::holds_syntax("AND"));
-  EXPECT_TRUE(robot::holds_syntax("%{HOME}"));
+  for (const auto& s : kForms) EXPECT_EQ(protocol::holds_syntax(s), protocol::escape(s) != s) << s;
+  EXPECT_FALSE(protocol::holds_syntax(""));
+  EXPECT_FALSE(protocol::holds_syntax("plain, {braces} and $ @ & % * alone"));
+  EXPECT_TRUE(protocol::holds_syntax("x=1"));
+  EXPECT_TRUE(protocol::holds_syntax("AND"));
+  EXPECT_TRUE(protocol::holds_syntax("%{HOME}"));
 }
 
 // The forms do evaluate: without escaping most of them arrive changed (or fail), which is why they
@@ -94,14 +94,14 @@ TEST(RobotEscape, UnescapedFormsAreEvaluated) {
 TEST(RobotEscape, EscapedFormsArriveUnchangedAsPositionalArguments) {
   for (const auto& s : kForms) {
     SCOPED_TRACE(s);
-    EXPECT_EQ(eval::replace_scalar(json::value(robot::escape(s))), json::value(s));
-    auto call = eval::resolve_keyword_call(json::array{json::value(robot::escape(s))}, {});
+    EXPECT_EQ(eval::replace_scalar(json::value(protocol::escape(s))), json::value(s));
+    auto call = eval::resolve_keyword_call(json::array{json::value(protocol::escape(s))}, {});
     EXPECT_EQ(call["args"], json::array{json::value(s)});
     EXPECT_EQ(call["kwargs"], json::object());
   }
   // All at once, in order, control words among them.
   json::array escaped, original;
-  for (const auto& s : kForms) escaped.emplace_back(robot::escape(s)), original.emplace_back(s);
+  for (const auto& s : kForms) escaped.emplace_back(protocol::escape(s)), original.emplace_back(s);
   auto call = eval::resolve_keyword_call(escaped, {});
   EXPECT_EQ(call["args"], original);
   EXPECT_EQ(call["kwargs"], json::object());
@@ -110,10 +110,10 @@ TEST(RobotEscape, EscapedFormsArriveUnchangedAsPositionalArguments) {
 TEST(RobotEscape, EscapedFormsArriveUnchangedAsNamesAndNamedValues) {
   for (const auto& s : kForms) {
     SCOPED_TRACE(s);
-    auto call = eval::resolve_keyword_call({}, json::object{{"value", robot::escape(s)}});
+    auto call = eval::resolve_keyword_call({}, json::object{{"value", protocol::escape(s)}});
     EXPECT_EQ(call["kwargs"], (json::object{{"value", s}}));
     if (s.empty()) continue;
-    call = eval::resolve_keyword_call({}, json::object{{robot::escape(s), "v"}});
+    call = eval::resolve_keyword_call({}, json::object{{protocol::escape(s), "v"}});
     EXPECT_EQ(call["kwargs"], (json::object{{s, "v"}}));
   }
 }
@@ -121,41 +121,41 @@ TEST(RobotEscape, EscapedFormsArriveUnchangedAsNamesAndNamedValues) {
 TEST(RobotEscape, EscapedFormsArriveUnchangedAsImportArguments) {
   for (const auto& s : kForms) {
     SCOPED_TRACE(s);
-    auto import = eval::resolve_import(json::array{json::value(robot::escape(s))}, {});
+    auto import = eval::resolve_import(json::array{json::value(protocol::escape(s))}, {});
     EXPECT_EQ(import["args"], json::array{json::value(s)});
     EXPECT_EQ(import["kw_args"], json::object());
-    import = eval::resolve_import({}, json::object{{"value", robot::escape(s)}});
+    import = eval::resolve_import({}, json::object{{"value", protocol::escape(s)}});
     EXPECT_EQ(import["kw_args"], (json::object{{"value", s}}));
     EXPECT_EQ(import["args"], json::array());
     if (s.empty()) continue;
     // The name is formatted into "name=value" too: escaped, its "=" cannot split the entry early.
-    import = eval::resolve_import({}, json::object{{robot::escape(s), "v"}});
+    import = eval::resolve_import({}, json::object{{protocol::escape(s), "v"}});
     EXPECT_EQ(import["kw_args"], (json::object{{s, "v"}}));
   }
   // AS before the last import argument, escaped, is no alias.
-  auto import = eval::resolve_import(json::array{"x", robot::escape("AS"), "y"}, {});
+  auto import = eval::resolve_import(json::array{"x", protocol::escape("AS"), "y"}, {});
   EXPECT_EQ(import["args"], (json::array{"x", "AS", "y"}));
   EXPECT_FALSE(import.contains("alias"));
 }
 
 TEST(RobotEscape, EvaluatedInText) {
-  EXPECT_FALSE(robot::evaluated_in_text("plain text"));
-  EXPECT_FALSE(robot::evaluated_in_text("a=b, AND, $ {x}, it's"));
-  EXPECT_FALSE(robot::evaluated_in_text("päivää 世界 😀"));
-  EXPECT_FALSE(robot::evaluated_in_text(""));
+  EXPECT_FALSE(protocol::evaluated_in_text("plain text"));
+  EXPECT_FALSE(protocol::evaluated_in_text("a=b, AND, $ {x}, it's"));
+  EXPECT_FALSE(protocol::evaluated_in_text("päivää 世界 😀"));
+  EXPECT_FALSE(protocol::evaluated_in_text(""));
   for (std::string s : {"${x}", "@{x}", "&{x}", "%{x}", "*{x}", "a${{1}}", "${SPACE.__class__}"})
-    EXPECT_TRUE(robot::evaluated_in_text(s)) << s;
-  EXPECT_NE(robot::evaluated_in_text("a\\b")->find("backslash"), std::string::npos);
-  EXPECT_TRUE(robot::evaluated_in_text("line\nbreak"));
-  EXPECT_TRUE(robot::evaluated_in_text(std::string("nul\0", 4)));
-  EXPECT_TRUE(robot::evaluated_in_text("it's \"quoted\""));
-  EXPECT_TRUE(robot::evaluated_in_text("\xc2\x85"));       // U+0085, a C1 control
-  EXPECT_TRUE(robot::evaluated_in_text("\xe2\x80\xa8"));   // U+2028 line separator
-  EXPECT_TRUE(robot::evaluated_in_text("\xef\xbb\xbf"));   // U+FEFF
-  EXPECT_TRUE(robot::evaluated_in_text("\xff"));           // not UTF-8
-  EXPECT_FALSE(robot::evaluated_in_text("bytes ok", true));
-  EXPECT_TRUE(robot::evaluated_in_text("\xc3\xa4", true));  // bytes >= 0x80 are \x escapes in repr
-  EXPECT_TRUE(robot::evaluated_in_text("${x}", true));
+    EXPECT_TRUE(protocol::evaluated_in_text(s)) << s;
+  EXPECT_NE(protocol::evaluated_in_text("a\\b")->find("backslash"), std::string::npos);
+  EXPECT_TRUE(protocol::evaluated_in_text("line\nbreak"));
+  EXPECT_TRUE(protocol::evaluated_in_text(std::string("nul\0", 4)));
+  EXPECT_TRUE(protocol::evaluated_in_text("it's \"quoted\""));
+  EXPECT_TRUE(protocol::evaluated_in_text("\xc2\x85"));       // U+0085, a C1 control
+  EXPECT_TRUE(protocol::evaluated_in_text("\xe2\x80\xa8"));   // U+2028 line separator
+  EXPECT_TRUE(protocol::evaluated_in_text("\xef\xbb\xbf"));   // U+FEFF
+  EXPECT_TRUE(protocol::evaluated_in_text("\xff"));           // not UTF-8
+  EXPECT_FALSE(protocol::evaluated_in_text("bytes ok", true));
+  EXPECT_TRUE(protocol::evaluated_in_text("\xc3\xa4", true));  // bytes >= 0x80 are \x escapes in repr
+  EXPECT_TRUE(protocol::evaluated_in_text("${x}", true));
 }
 
 }  // namespace

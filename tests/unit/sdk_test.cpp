@@ -95,9 +95,9 @@ class Driver {
     return out_.take();
   }
   std::vector<json::value> request(const json::value& id, std::string_view method, json::value params = json::object()) {
-    return send(rjg::make_request(id, method, std::move(params)));
+    return send(rjg::protocol::make_request(id, method, std::move(params)));
   }
-  std::vector<json::value> notify(std::string_view method) { return send(rjg::make_notification(method, json::object())); }
+  std::vector<json::value> notify(std::string_view method) { return send(rjg::protocol::make_notification(method, json::object())); }
 
   // The single answer to a request; fails the test if there is not exactly one message.
   json::object answer(const json::value& id, std::string_view method, json::value params = json::object()) {
@@ -774,10 +774,10 @@ class TempFile {
 };
 
 std::vector<json::value> decode_frames(const std::string& bytes) {
-  rjg::FrameReader reader;
+  rjg::protocol::FrameReader reader;
   reader.feed(bytes);
   std::vector<json::value> out;
-  for (auto r = reader.next(); r.kind == rjg::FrameReader::Result::Kind::frame; r = reader.next())
+  for (auto r = reader.next(); r.kind == rjg::protocol::FrameReader::Result::Kind::frame; r = reader.next())
     out.push_back(json::parse(r.body));
   EXPECT_EQ(reader.buffered(), 0u);
   return out;
@@ -787,14 +787,14 @@ TEST(ServeStream, WholeSessionOverDescriptors) {
   const Library lib = make_probe_library();
   std::string input;
   for (const std::string& body :
-       {rjg::make_request("1", protocol::kInitialize, json::object()),
-        rjg::make_notification(protocol::kInitialized, json::object()),
-        rjg::make_request("2", protocol::kImportLibrary, json::object{{"name", ""}}),
-        rjg::make_request("3", protocol::kRunKeyword, json::object{{"library_token", "nope"}, {"name", "Echo"}}),
-        rjg::make_request("4", protocol::kShutdown, json::object()),
-        rjg::make_notification(protocol::kExit, json::object()),
-        rjg::make_request("5", protocol::kShutdown, json::object())})  // after exit: never read
-    input += rjg::encode_frame(body);
+       {rjg::protocol::make_request("1", protocol::kInitialize, json::object()),
+        rjg::protocol::make_notification(protocol::kInitialized, json::object()),
+        rjg::protocol::make_request("2", protocol::kImportLibrary, json::object{{"name", ""}}),
+        rjg::protocol::make_request("3", protocol::kRunKeyword, json::object{{"library_token", "nope"}, {"name", "Echo"}}),
+        rjg::protocol::make_request("4", protocol::kShutdown, json::object()),
+        rjg::protocol::make_notification(protocol::kExit, json::object()),
+        rjg::protocol::make_request("5", protocol::kShutdown, json::object())})  // after exit: never read
+    input += rjg::protocol::encode_frame(body);
   TempFile in, out;
   in.write(input);
   EXPECT_EQ(rjg::sdk::serve_stream(lib, in.fd(), out.fd(), "test"), 0);
@@ -807,7 +807,7 @@ TEST(ServeStream, EndOfInputEndsCleanlyAndFramingErrorsDoNot) {
   const Library lib = make_probe_library();
   {
     TempFile in, out;
-    in.write(rjg::encode_frame(rjg::make_request(1, protocol::kInitialize, json::object())));
+    in.write(rjg::protocol::encode_frame(rjg::protocol::make_request(1, protocol::kInitialize, json::object())));
     EXPECT_EQ(rjg::sdk::serve_stream(lib, in.fd(), out.fd(), "test"), 0);
     EXPECT_EQ(decode_frames(out.read_all()).size(), 1u);
   }
@@ -835,11 +835,11 @@ class SocketPeer {
   }
 
   void send(const std::string& body) {
-    const std::string frame = rjg::encode_frame(body);
+    const std::string frame = rjg::protocol::encode_frame(body);
     ASSERT_EQ(::write(client_, frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
   }
   void request(const json::value& id, std::string_view method, json::value params = json::object()) {
-    send(rjg::make_request(id, method, std::move(params)));
+    send(rjg::protocol::make_request(id, method, std::move(params)));
   }
 
   // The next message (stray bytes before it are collected in `skipped`); null after 10 s.
@@ -847,8 +847,8 @@ class SocketPeer {
     for (;;) {
       auto r = reader_.next();
       skipped += r.skipped;
-      if (r.kind == rjg::FrameReader::Result::Kind::frame) return json::parse(r.body);
-      if (r.kind == rjg::FrameReader::Result::Kind::error) return nullptr;
+      if (r.kind == rjg::protocol::FrameReader::Result::Kind::frame) return json::parse(r.body);
+      if (r.kind == rjg::protocol::FrameReader::Result::Kind::error) return nullptr;
       pollfd p{client_, POLLIN, 0};
       if (::poll(&p, 1, 10'000) != 1) return nullptr;
       char buf[4096];
@@ -872,7 +872,7 @@ class SocketPeer {
   int client_ = -1, server_ = -1;
   std::thread thread_;
   int rc_ = -1;
-  rjg::FrameReader reader_{{}, rjg::FrameReader::Mode::lenient};
+  rjg::protocol::FrameReader reader_{{}, rjg::protocol::FrameReader::Mode::lenient};
 };
 
 // A keyword's logs reach the peer while it runs; requests sent meanwhile (more than are read ahead)
@@ -889,7 +889,7 @@ TEST(ServeStream, LogsGoOutWhileTheKeywordRuns) {
   });
   SocketPeer peer(lib);
   peer.request(1, protocol::kInitialize);
-  peer.send(rjg::make_notification(protocol::kInitialized, json::object()));
+  peer.send(rjg::protocol::make_notification(protocol::kInitialized, json::object()));
   peer.request(2, protocol::kImportLibrary, json::object{{"name", "Probe"}});
   EXPECT_EQ(peer.next().at("id"), json::value(1));
   const json::value imported = peer.next();
@@ -915,7 +915,7 @@ TEST(ServeStream, LogsGoOutWhileTheKeywordRuns) {
   EXPECT_EQ(peer.next().at("result").at("result"), json::value("ok"));
   EXPECT_EQ(peer.skipped, "junk");
 
-  peer.send(rjg::make_notification(protocol::kExit, json::object()));
+  peer.send(rjg::protocol::make_notification(protocol::kExit, json::object()));
   EXPECT_EQ(peer.finish(), 0);
   // The descriptors are still the caller's, blocking as they were.
   const int flags = ::fcntl(peer.server_fd(), F_GETFL);
@@ -930,7 +930,7 @@ TEST(ServeStream, BrokenOutputEndsTheSessionWithAnError) {
   ASSERT_EQ(::pipe2(in, O_CLOEXEC), 0);
   ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
   ::close(out[0]);  // nobody reads the answers
-  const std::string frame = rjg::encode_frame(rjg::make_request(1, protocol::kInitialize, json::object()));
+  const std::string frame = rjg::protocol::encode_frame(rjg::protocol::make_request(1, protocol::kInitialize, json::object()));
   ASSERT_EQ(::write(in[1], frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
   EXPECT_EQ(rjg::sdk::serve_stream(lib, in[0], out[1], "test"), 1);
   for (int fd : {in[0], in[1], out[1]}) ::close(fd);
@@ -965,7 +965,7 @@ TEST(ServeStream, ExitAfterAnswerEndsTheSessionOnceTheAnswerIsWritten) {
   *destroyed = 0;
   SocketPeer peer(lib);
   peer.request(1, protocol::kInitialize);
-  peer.send(rjg::make_notification(protocol::kInitialized, json::object()));
+  peer.send(rjg::protocol::make_notification(protocol::kInitialized, json::object()));
   peer.request(2, protocol::kImportLibrary, json::object{{"name", "Probe"}});
   EXPECT_EQ(peer.next().at("id"), json::value(1));
   const std::string token(peer.next().at("result").at("token").as_string());

@@ -15,7 +15,7 @@
 namespace {
 
 using namespace rjg::protocol;
-using rjg::Message;
+using rjg::protocol::Message;
 
 struct Call {
   std::string what;     // "initialize", "refuse", "ignore", ...
@@ -24,19 +24,19 @@ struct Call {
   int code = 0;         // refuse
 };
 
-class Recorder : public rjg::ServerMethods {
+class Recorder : public rjg::protocol::ServerMethods {
  public:
   std::vector<Call> calls;
 
-  void on_initialize(const Message& m, rjg::params::Initialize p) override { add("initialize", m, p.text); }
+  void on_initialize(const Message& m, rjg::protocol::Initialize p) override { add("initialize", m, p.text); }
   void on_initialized(const Message& m) override { add("initialized", m); }
-  void on_import_library(const Message& m, rjg::params::ImportLibrary p) override {
+  void on_import_library(const Message& m, rjg::protocol::ImportLibrary p) override {
     add("import_library", m, p.name);
   }
-  void on_run_keyword(const Message& m, rjg::params::RunKeyword p) override {
+  void on_run_keyword(const Message& m, rjg::protocol::RunKeyword p) override {
     add("run_keyword", m, p.library_token + " " + p.name);
   }
-  void on_finalize_library(const Message& m, rjg::params::FinalizeLibrary p) override {
+  void on_finalize_library(const Message& m, rjg::protocol::FinalizeLibrary p) override {
     add("finalize_library", m, p.token);
   }
   void on_shutdown(const Message& m) override { add("shutdown", m); }
@@ -68,17 +68,17 @@ class Recorder : public rjg::ServerMethods {
 };
 
 Message parse(const std::string& body) {
-  auto classified = rjg::parse_message(body);
-  if (auto* e = std::get_if<rjg::ProtocolError>(&classified)) ADD_FAILURE() << body << ": " << e->message;
+  auto classified = rjg::protocol::parse_message(body);
+  if (auto* e = std::get_if<rjg::protocol::ProtocolError>(&classified)) ADD_FAILURE() << body << ": " << e->message;
   auto* m = std::get_if<Message>(&classified);
   return m ? *m : Message{};
 }
 
 Message request(std::string_view id, std::string_view method, std::string_view params = "{}") {
-  return parse(rjg::make_request_raw(id, method, params));
+  return parse(rjg::protocol::make_request_raw(id, method, params));
 }
 Message notification(std::string_view method, std::string_view params = "{}") {
-  return parse(rjg::make_notification_raw(method, params));
+  return parse(rjg::protocol::make_notification_raw(method, params));
 }
 
 class ServerProtocolTest : public ::testing::Test {
@@ -93,7 +93,7 @@ class ServerProtocolTest : public ::testing::Test {
     ASSERT_TRUE(protocol_.ready());
   }
 
-  rjg::ServerProtocol protocol_;
+  rjg::protocol::ServerProtocol protocol_;
   Recorder methods_;
 };
 
@@ -145,7 +145,7 @@ TEST_F(ServerProtocolTest, UnknownMethodRequestIsMethodNotFoundAndNotificationIg
   EXPECT_NE(refused.detail.find("robot/frobnicate"), std::string::npos) << refused.detail;
 
   // Before the handshake too: an unknown method is never -32000.
-  rjg::ServerProtocol fresh;
+  rjg::protocol::ServerProtocol fresh;
   fresh.dispatch(request("1", "no/such"), methods_);
   EXPECT_EQ(methods_.take().code, kMethodNotFound);
 
@@ -204,10 +204,10 @@ TEST_F(ServerProtocolTest, ParamsTheBinderRefusesAreInvalidParams) {
     EXPECT_EQ(refused.id_text, "\"p\"");
     // The binder's message, as it is.
     std::string expected;
-    if (c.method == kImportLibrary) expected = std::get<rjg::params::Invalid>(rjg::params::bind_import_library(m)).message;
-    if (c.method == kRunKeyword) expected = std::get<rjg::params::Invalid>(rjg::params::bind_run_keyword(m)).message;
+    if (c.method == kImportLibrary) expected = std::get<rjg::protocol::Invalid>(rjg::protocol::bind_import_library(m)).message;
+    if (c.method == kRunKeyword) expected = std::get<rjg::protocol::Invalid>(rjg::protocol::bind_run_keyword(m)).message;
     if (c.method == kFinalizeLibrary)
-      expected = std::get<rjg::params::Invalid>(rjg::params::bind_finalize_library(m)).message;
+      expected = std::get<rjg::protocol::Invalid>(rjg::protocol::bind_finalize_library(m)).message;
     EXPECT_EQ(refused.detail, expected);
   }
 }

@@ -643,7 +643,7 @@ Outcome parse_outcome(std::string_view text) {
   boost::system::error_code ec;
   // Output that is not UTF-8 (a command printing Latin-1) reaches the record as lone surrogate escapes
   // (Python's surrogateescape), which Boost.JSON refuses: read them as U+FFFD.
-  auto value = json::parse(jsontext::replace_lone_surrogates(text), ec);
+  auto value = json::parse(protocol::replace_lone_surrogates(text), ec);
   const auto* status = !ec && value.is_object() ? value.get_object().if_contains("status") : nullptr;
   const auto* result = !ec && value.is_object() ? value.get_object().if_contains("result") : nullptr;
   if (!status || !status->is_string() || !result || !result->is_object())

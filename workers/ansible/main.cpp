@@ -286,8 +286,8 @@ json::object answer(sdk::Call& call, const ans::Where& where, const std::string&
 json::object module_options(const ans::Where& where, const sdk::Call& call, std::initializer_list<std::string_view> ours) {
   json::value options;
   try {
-    options = rjg::classic::plain_json(call.kwargs_text().empty() ? "{}" : call.kwargs_text(), "kwargs");
-  } catch (const rjg::classic::ValueError& e) {
+    options = rjg::xmlrpc::plain_json(call.kwargs_text().empty() ? "{}" : call.kwargs_text(), "kwargs");
+  } catch (const rjg::xmlrpc::ValueError& e) {
     throw sdk::KeywordError(fmt::format("{}an argument cannot be given to Ansible, which reads JSON only: {}",
                                         where.prefix(), e.what()),
                             "ValueError");
@@ -380,9 +380,9 @@ json::array module_keywords(const ans::Where& where, Import& import) {
 void on_import(const sdk::Library& library, sdk::ImportContext& context) {
   const ans::Where where{context.library, ""};
   try {
-    const auto args = rjg::classic::plain_json(context.import.args_text.empty() ? "[]" : context.import.args_text, "args");
+    const auto args = rjg::xmlrpc::plain_json(context.import.args_text.empty() ? "[]" : context.import.args_text, "args");
     const auto kw_args =
-        rjg::classic::plain_json(context.import.kw_args_text.empty() ? "{}" : context.import.kw_args_text, "kw_args");
+        rjg::xmlrpc::plain_json(context.import.kw_args_text.empty() ? "{}" : context.import.kw_args_text, "kw_args");
     auto import = std::make_shared<Import>();
     const auto playbook_program = program(where, "ansible-playbook");
     import->target = ans::parse_import(where, args.is_array() ? args.get_array() : json::array(),
@@ -397,7 +397,7 @@ void on_import(const sdk::Library& library, sdk::ImportContext& context) {
               json::serialize(import->target.vars.at("ansible_connection")),
               import->keywords.empty() ? "" : fmt::format(", modules {}", fmt::join(import->target.modules, ", ")));
     context.state = std::move(import);
-  } catch (const rjg::classic::ValueError& e) {
+  } catch (const rjg::xmlrpc::ValueError& e) {
     throw sdk::RpcError(protocol::kInvalidParams,
                         fmt::format("{}a library argument cannot be read: {}.", where.prefix(), e.what()));
   } catch (const ans::Refused& e) {

@@ -52,7 +52,7 @@ namespace http = boost::beast::http;
 namespace json = boost::json;
 namespace sdk = rjg::sdk;
 namespace xmlrpc = rjg::xmlrpc;
-namespace classic = rjg::classic;
+
 namespace protocol = rjg::protocol;
 using namespace std::chrono_literals;
 
@@ -176,7 +176,7 @@ std::string latin1_text(std::string_view bytes) {
 std::string text_of(const xmlrpc::Value& v) {
   if (const auto* s = std::get_if<std::string>(&v.v)) return *s;
   if (const auto* b = std::get_if<xmlrpc::Binary>(&v.v)) return latin1_text(b->bytes);
-  return rjg::pickle::py_str(classic::to_python(v));
+  return rjg::pickle::py_str(xmlrpc::to_python(v));
 }
 
 // ---- Library information ----
@@ -273,7 +273,7 @@ json::array argument_definitions(const KeywordInfo& kw) {
     if (const auto* pair = std::get_if<xmlrpc::Array>(&item.v); pair && !pair->empty()) {
       spec = text_of((*pair)[0]);
       if (pair->size() > 1)
-        default_value = json::parse(classic::to_json_argument(classic::to_python((*pair)[1])));
+        default_value = json::parse(xmlrpc::to_json_argument(xmlrpc::to_python((*pair)[1])));
     } else {
       spec = text_of(item);
     }
@@ -441,11 +441,11 @@ xmlrpc::Value remote_argument(const rjg::pickle::PyValue& value, const std::stri
           [&](const py::PyBigInt& b) { return overflow(b.decimal); },
           [](double d) { return xmlrpc::Value(d); },
           [](const py::PyBytes& b) { return xmlrpc::Value(xmlrpc::Binary{b.bytes}); },
-          [](const py::PyDateTime& t) { return classic::to_xmlrpc(py::PyValue{t}); },
+          [](const py::PyDateTime& t) { return xmlrpc::to_xmlrpc(py::PyValue{t}); },
           [](const py::PyDate& d) {
             py::PyDateTime midnight;
             midnight.year = d.year, midnight.month = d.month, midnight.day = d.day;
-            return classic::to_xmlrpc(py::PyValue{midnight});
+            return xmlrpc::to_xmlrpc(py::PyValue{midnight});
           },
           [](const py::PyTimedelta& t) {
             // total_seconds(): the microseconds divided once, exact while they fit a double's 53 bits.
@@ -518,9 +518,9 @@ json::value run_keyword(XmlRpcServer& server, sdk::Call& call) {
   xmlrpc::Array params{xmlrpc::Value(call.keyword())};
   rjg::pickle::PyValue args, kwargs;
   try {
-    args = classic::from_json(call.args_text().empty() ? "[]" : call.args_text(), "args");
-    kwargs = classic::from_json(call.kwargs_text().empty() ? "{}" : call.kwargs_text(), "kwargs");
-  } catch (const classic::ValueError& e) {
+    args = xmlrpc::from_json(call.args_text().empty() ? "[]" : call.args_text(), "args");
+    kwargs = xmlrpc::from_json(call.kwargs_text().empty() ? "{}" : call.kwargs_text(), "kwargs");
+  } catch (const xmlrpc::ValueError& e) {
     // A value outside the data-only subset (an object only Python could render): never unpickled, never sent.
     throw sdk::KeywordError(fmt::format("An argument of keyword '{}' cannot be sent to the classic remote server at "
                                         "{}: {}. Pass it as text, a number, bytes, a date or a list or dict of them.",
@@ -582,7 +582,7 @@ json::value run_keyword(XmlRpcServer& server, sdk::Call& call) {
   if (!status)
     throw sdk::KeywordError(fmt::format("Invalid remote result dictionary: {} (the classic remote server at {} "
                                         "answered run_keyword without a status)",
-                                        rjg::pickle::py_repr(classic::to_python(answer.value)), server.url()),
+                                        rjg::pickle::py_repr(xmlrpc::to_python(answer.value)), server.url()),
                             "RuntimeError");
   if (const auto* output = answer.value.member("output")) relay_output(call, text_of(*output));
   // Remote compares with the str "PASS": a status sent as base64 (bytes in Python) is not one.
@@ -604,9 +604,9 @@ json::value run_keyword(XmlRpcServer& server, sdk::Call& call) {
   }
   // No return value is "" (Remote: result.get("return", "")); dicts are DotDicts.
   rjg::pickle::PyValue returned{std::string()};
-  if (const auto* value = answer.value.member("return")) returned = classic::to_python(*value);
+  if (const auto* value = answer.value.member("return")) returned = xmlrpc::to_python(*value);
   to_dot_dicts(returned);
-  call.return_raw(classic::to_json_argument(returned));
+  call.return_raw(xmlrpc::to_json_argument(returned));
   return nullptr;
 }
 

@@ -302,10 +302,10 @@ class KeywordRun {
     const bool list = path == "args";
     if (text.empty()) return list ? json::value(json::array()) : json::value(json::object());
     try {
-      json::value v = rjg::classic::plain_json(text, path);
+      json::value v = rjg::xmlrpc::plain_json(text, path);
       if (list ? v.is_array() : v.is_object()) return v;
-      throw rjg::classic::ValueError(fmt::format("{}: not a {}", path, list ? "list" : "dictionary"));
-    } catch (const rjg::classic::ValueError& e) {
+      throw rjg::xmlrpc::ValueError(fmt::format("{}: not a {}", path, list ? "list" : "dictionary"));
+    } catch (const rjg::xmlrpc::ValueError& e) {
       std::string what = e.what();
       std::string argument;
       // "args[1]...": the second positional argument; "kwargs.name...": a named one.

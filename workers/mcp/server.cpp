@@ -239,7 +239,7 @@ json::object McpServer::read_message(std::optional<Clock::time_point> deadline) 
       // JavaScript servers write a string cut inside a surrogate pair as a lone \uD83D, which Boost.JSON
       // refuses: read it with U+FFFD in its place.
       ec.clear();
-      message = json::parse(jsontext::replace_lone_surrogates(line), ec, {}, options);
+      message = json::parse(protocol::replace_lone_surrogates(line), ec, {}, options);
     }
     if (!ec && message.is_object()) return std::move(message.as_object());
     // A broken answer must not leave its request waiting for ever: a line that names an id fails the

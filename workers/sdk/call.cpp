@@ -73,7 +73,7 @@ void send_log(Output& out, std::string_view message, std::string_view level, boo
   params["level"] = level;
   params["html"] = html;
   params["console"] = console;
-  out.send(make_notification(protocol::kLog, std::move(params)));
+  out.send(protocol::make_notification(protocol::kLog, std::move(params)));
 }
 }  // namespace
 

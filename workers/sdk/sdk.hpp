@@ -389,10 +389,10 @@ std::string show_value(const json::value& value);
 
 // ---------------------------------------------------------------------------------------------
 // A protocol session: the state machine of one connection, independent of any transport. The
-// method table, the handshake and the params binding are the gateway's own (rjg::ServerProtocol);
+// method table, the handshake and the params binding are the gateway's own (rjg::protocol::ServerProtocol);
 // Session supplies the library's answers.
 
-class Session final : private ServerMethods {
+class Session final : private protocol::ServerMethods {
  public:
   Session(const Library& library, Output& out);
   ~Session() override;
@@ -403,7 +403,7 @@ class Session final : private ServerMethods {
   // Output before this returns. Never throws for anything a peer can send.
   void handle(std::string_view body);
   // The same for a body already classified (a transport's reader classifies as it reads).
-  void handle(const Classified& message);
+  void handle(const protocol::Classified& message);
 
   // True once robot/exit was received, or a keyword asked to exit after its answer: the transport
   // should close the connection.
@@ -416,28 +416,28 @@ class Session final : private ServerMethods {
 
   // ServerMethods, grouped by what they do. The handshake: answered with the library's
   // capabilities (or, when the on_initialize hook says so, not at all).
-  void on_initialize(const Message& request, params::Initialize params) override;
-  void on_initialized(const Message& notification) override;
+  void on_initialize(const protocol::Message& request, protocol::Initialize params) override;
+  void on_initialized(const protocol::Message& notification) override;
   // One instance (token) per import.
-  void on_import_library(const Message& request, params::ImportLibrary params) override;
+  void on_import_library(const protocol::Message& request, protocol::ImportLibrary params) override;
   std::string new_token();
   // Keywords run on the calling thread, blocking it until they return.
-  void on_run_keyword(const Message& request, params::RunKeyword params) override;
+  void on_run_keyword(const protocol::Message& request, protocol::RunKeyword params) override;
   // The whole answer's text: a result (possibly raw), or an RpcError's error answer.
-  std::string run_keyword(const Message& request, const params::RunKeyword& call);
-  void on_finalize_library(const Message& request, params::FinalizeLibrary params) override;
+  std::string run_keyword(const protocol::Message& request, const protocol::RunKeyword& call);
+  void on_finalize_library(const protocol::Message& request, protocol::FinalizeLibrary params) override;
   // The end: robot/exit sets done().
-  void on_shutdown(const Message& request) override;
-  void on_exit(const Message& notification) override;
+  void on_shutdown(const protocol::Message& request) override;
+  void on_exit(const protocol::Message& notification) override;
   // Answers, and whatever ServerProtocol cannot dispatch (answered with its error, or logged).
-  void reply(const Message& request, const json::value& result);
+  void reply(const protocol::Message& request, const json::value& result);
   void reply_error(std::string_view id_text, int code, std::string_view message);
-  void refuse(const Message& request, int code, std::string message) override;
-  void ignore(const Message& message, std::string why) override;
+  void refuse(const protocol::Message& request, int code, std::string message) override;
+  void ignore(const protocol::Message& message, std::string why) override;
 
   const Library& library_;
   Output& out_;
-  ServerProtocol protocol_;
+  protocol::ServerProtocol protocol_;
   bool done_ = false;
   std::optional<int> exit_status_;
   std::uint64_t imports_ = 0;

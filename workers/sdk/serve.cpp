@@ -45,7 +45,7 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using error_code = boost::system::error_code;
 using Descriptor = asio::posix::stream_descriptor;
-using FdPair = DuplexStream<Descriptor, Descriptor>;
+using FdPair = runtime::DuplexStream<Descriptor, Descriptor>;
 
 // Read ahead of the running keyword: up to this many messages or bytes (one larger message is still
 // taken when nothing else waits).
@@ -76,7 +76,7 @@ class Connection final : public Output {
       : library_(library),
         peer_(std::move(peer)),
         // high_water 0: wait_for_room() returns once everything queued is written.
-        stream_(StreamOptions{.high_water = 0}, std::move(stream)),
+        stream_(runtime::StreamOptions{.high_water = 0}, std::move(stream)),
         executor_(stream_.get_executor()),
         room_(executor_),
         session_ended_(executor_),
@@ -87,11 +87,11 @@ class Connection final : public Output {
   // (robot/exit, end of input), 1 after a framing, read or write error.
   asio::awaitable<int> run() {
     asio::co_spawn(executor_, stream_.run_writer(), [this](std::exception_ptr e) {
-      log_exceptions(peer_ + " writer")(e);
+      runtime::log_exceptions(peer_ + " writer")(e);
       writer_done_.set();
     });
     asio::co_spawn(executor_, read_loop(), [this](std::exception_ptr e) {
-      log_exceptions(peer_ + " reader")(e);
+      runtime::log_exceptions(peer_ + " reader")(e);
       if (e) end_input(1);
       reader_done_.set();
     });
@@ -122,7 +122,7 @@ class Connection final : public Output {
 
  private:
   struct Item {
-    Classified message;
+    protocol::Classified message;
     std::size_t bytes;
   };
 
@@ -149,24 +149,24 @@ class Connection final : public Output {
     while (!stopping_) {
       co_await wait_for_room();
       if (stopping_) break;
-      Incoming in = co_await stream_.read();
+      runtime::Incoming in = co_await stream_.read();
       if (stopping_) break;
       switch (in.kind) {
-        case Incoming::Kind::message: {
+        case runtime::Incoming::Kind::message: {
           const std::size_t bytes = in.message->text().size();
           deliver(Item{std::move(*in.message), bytes});
           break;
         }
-        case Incoming::Kind::invalid:
+        case runtime::Incoming::Kind::invalid:
           log::debug("{}: invalid message: {}", peer_, log::printable(in.body));
           deliver(Item{*in.problem, in.problem->message.size()});
           break;
-        case Incoming::Kind::framing_error:
+        case runtime::Incoming::Kind::framing_error:
           // The stream cannot be resynchronized after a framing fault: the session ends.
           log::error("{}: framing error: {}", peer_, in.error);
           end_input(1);
           co_return;
-        case Incoming::Kind::closed:
+        case runtime::Incoming::Kind::closed:
           if (!in.error.empty()) {
             log::error("{}: read failed: {}", peer_, in.error);
             end_input(1);
@@ -177,7 +177,7 @@ class Connection final : public Output {
           log::debug("{}: end of input", peer_);
           end_input(0);
           co_return;
-        case Incoming::Kind::cancelled:
+        case runtime::Incoming::Kind::cancelled:
           end_input(1);  // nothing but stopping cancels a read
           co_return;
       }
@@ -258,7 +258,7 @@ class Connection final : public Output {
 
   const Library& library_;
   const std::string peer_;
-  MessageStream<Stream> stream_;
+  runtime::MessageStream<Stream> stream_;
   asio::any_io_executor executor_;
 
   // The read-ahead queue, between the I/O thread and the session thread.
@@ -272,10 +272,10 @@ class Connection final : public Output {
   std::atomic<bool> broken_{false};  // a write failed
   std::atomic<bool> exit_requested_{false};  // by a keyword (Call::exit_after_answer)
   // I/O thread only.
-  AsyncEvent room_;
-  AsyncEvent session_ended_;
-  AsyncEvent reader_done_;
-  AsyncEvent writer_done_;
+  runtime::AsyncEvent room_;
+  runtime::AsyncEvent session_ended_;
+  runtime::AsyncEvent reader_done_;
+  runtime::AsyncEvent writer_done_;
   bool stopping_ = false;
   int exit_code_ = 1;
 };
@@ -370,7 +370,7 @@ asio::awaitable<void> accept_loop(const Library& library, tcp::acceptor& accepto
     }
     socket.set_option(tcp::no_delay(true), ec);  // small frames, latency matters
     const std::string name = fmt::format("connection {} from {}", ++connections, describe(socket.remote_endpoint(ec)));
-    asio::co_spawn(executor, serve_connection(library, std::move(socket), name), log_exceptions(name));
+    asio::co_spawn(executor, serve_connection(library, std::move(socket), name), runtime::log_exceptions(name));
   }
 }
 
@@ -380,7 +380,7 @@ int serve_tcp(const Library& library, const ServeOptions& options) {
   if (!listen_on(acceptor, options.host, options.port)) return 1;
   // Printed whatever the log level: scripts wait for this line to learn the real port.
   log::write(log::Level::info, fmt::format("listening on {}", describe(acceptor.local_endpoint())));
-  asio::co_spawn(io, accept_loop(library, acceptor), log_exceptions("accept loop"));
+  asio::co_spawn(io, accept_loop(library, acceptor), runtime::log_exceptions("accept loop"));
   io.run();
   return 1;
 }
@@ -421,7 +421,7 @@ int serve_stream(const Library& library, int in_fd, int out_fd, std::string_view
     // Regular files and /dev/null cannot be watched, but never block: Asio reads and writes them at once.
     Connection<FdPair> connection(library, std::string(peer), FdPair(Descriptor(io, in_copy), Descriptor(io, out_copy)));
     asio::co_spawn(io, connection.run(), [&](std::exception_ptr e, int exit_code) {
-      log_exceptions(std::string(peer))(e);
+      runtime::log_exceptions(std::string(peer))(e);
       if (!e) rc = exit_code;
     });
     io.run();

@@ -58,7 +58,7 @@ json::object error_result(std::string_view message, std::string_view type, std::
 // or a number beyond a double: such values fail the call with a message that says so.
 json::value tree_of(std::string_view text) {
   try {
-    json::value v = parse_value(text);
+    json::value v = protocol::parse_value(text);
     // Boost.JSON reads 1e400 as infinity rather than failing.
     bool finite = true;
     std::vector<const json::value*> todo{&v};
@@ -77,11 +77,11 @@ json::value tree_of(std::string_view text) {
                      "ValueError");
 }
 
-json::array array_of(const params::Object& p, const std::optional<Slice>& slice) {
+json::array array_of(const protocol::Object& p, const std::optional<protocol::Slice>& slice) {
   return slice ? std::move(tree_of(p.of(slice)).as_array()) : json::array();
 }
 
-json::object object_of(const params::Object& p, const std::optional<Slice>& slice) {
+json::object object_of(const protocol::Object& p, const std::optional<protocol::Slice>& slice) {
   return slice ? std::move(tree_of(p.of(slice)).as_object()) : json::object();
 }
 
@@ -110,46 +110,46 @@ std::string keyword_names(const Library& library) {
 Session::Session(const Library& library, Output& out) : library_(library), out_(out) {}
 Session::~Session() = default;
 
-void Session::handle(std::string_view body) { handle(parse_message(body)); }
+void Session::handle(std::string_view body) { handle(protocol::parse_message(body)); }
 
-void Session::handle(const Classified& classified) {
-  if (const auto* bad = std::get_if<ProtocolError>(&classified)) {
+void Session::handle(const protocol::Classified& classified) {
+  if (const auto* bad = std::get_if<protocol::ProtocolError>(&classified)) {
     log::warn("bad message ({}): {}", bad->code, bad->message);
     reply_error(bad->id_text, bad->code, bad->message);
     return;
   }
-  const Message& message = std::get<Message>(classified);
+  const protocol::Message& message = std::get<protocol::Message>(classified);
   try {
     protocol_.dispatch(message, *this);
   } catch (const std::exception& e) {
     // Handlers answer once nothing can throw any more; this is for bugs (or bad_alloc), and must not
     // end the session.
     log::error("{} failed: {}", message.method(), e.what());
-    if (message.kind == Message::Kind::request) reply_error(message.id_text(), protocol::kInternalError, e.what());
+    if (message.kind == protocol::Message::Kind::request) reply_error(message.id_text(), protocol::kInternalError, e.what());
   }
 }
 
-void Session::reply(const Message& request, const json::value& result) {
-  out_.send(make_result_raw(request.id_text(), json::serialize(result)));
+void Session::reply(const protocol::Message& request, const json::value& result) {
+  out_.send(protocol::make_result_raw(request.id_text(), json::serialize(result)));
 }
 
 void Session::reply_error(std::string_view id_text, int code, std::string_view message) {
-  out_.send(make_error_raw(id_text, code, log::valid_utf8(message)));
+  out_.send(protocol::make_error_raw(id_text, code, log::valid_utf8(message)));
 }
 
-void Session::refuse(const Message& request, int code, std::string message) {
+void Session::refuse(const protocol::Message& request, int code, std::string message) {
   reply_error(request.id_text(), code, message);
 }
 
-void Session::ignore(const Message& message, std::string why) {
-  if (message.kind == Message::Kind::response || message.kind == Message::Kind::error_response)
+void Session::ignore(const protocol::Message& message, std::string why) {
+  if (message.kind == protocol::Message::Kind::response || message.kind == protocol::Message::Kind::error_response)
     log::warn("ignoring {}", why);
   else
     log::debug("ignoring: {}", why);
 }
 
-void Session::on_initialize(const Message& m, params::Initialize p) {
-  if (const auto& hook = library_.initialize_hook(); hook && !hook(parse_value(p.text))) {
+void Session::on_initialize(const protocol::Message& m, protocol::Initialize p) {
+  if (const auto& hook = library_.initialize_hook(); hook && !hook(protocol::parse_value(p.text))) {
     log::warn("robot/initialize left unanswered on purpose");
     return;
   }
@@ -165,9 +165,9 @@ void Session::on_initialize(const Message& m, params::Initialize p) {
   reply(m, result);
 }
 
-void Session::on_initialized(const Message&) {}
+void Session::on_initialized(const protocol::Message&) {}
 
-void Session::on_import_library(const Message& m, params::ImportLibrary p) {
+void Session::on_import_library(const protocol::Message& m, protocol::ImportLibrary p) {
   if (!p.name.empty() && p.name != library_.name()) {
     reply_error(m.id_text(), protocol::kInvalidParams,
                 fmt::format("Library '{}' is not available; this server serves '{}'.", p.name, library_.name()));
@@ -192,7 +192,7 @@ void Session::on_import_library(const Message& m, params::ImportLibrary p) {
       extra_result = std::move(context.extra_result);
     } catch (const RpcError& e) {
       log::warn("import of '{}' failed: {}", library_.name(), e.what());
-      out_.send(make_error_raw(m.id_text(), e.code, log::valid_utf8(e.what()), e.data_text));
+      out_.send(protocol::make_error_raw(m.id_text(), e.code, log::valid_utf8(e.what()), e.data_text));
       return;
     } catch (const std::exception& e) {
       log::warn("import of '{}' failed: {}", library_.name(), e.what());
@@ -214,10 +214,10 @@ void Session::on_import_library(const Message& m, params::ImportLibrary p) {
   reply(m, result);
 }
 
-void Session::on_run_keyword(const Message& m, params::RunKeyword p) { out_.send(run_keyword(m, p)); }
+void Session::on_run_keyword(const protocol::Message& m, protocol::RunKeyword p) { out_.send(run_keyword(m, p)); }
 
-std::string Session::run_keyword(const Message& m, const params::RunKeyword& p) {
-  auto answer = [&](const json::value& result) { return make_result_raw(m.id_text(), json::serialize(result)); };
+std::string Session::run_keyword(const protocol::Message& m, const protocol::RunKeyword& p) {
+  auto answer = [&](const json::value& result) { return protocol::make_result_raw(m.id_text(), json::serialize(result)); };
   auto error_result = [&](auto&&... args) { return answer(sdk::error_result(args...)); };
   auto instance = instances_.find(p.library_token);
   if (instance == instances_.end())
@@ -247,11 +247,11 @@ std::string Session::run_keyword(const Message& m, const params::RunKeyword& p) 
       call->set_texts(p.of(p.args), p.of(p.kwargs));
       json::value value = keyword->body(*call);
       if (const auto& raw = call->raw_result()) {
-        auto [scanned, error] = jsontext::scan(*raw);
+        auto [scanned, error] = protocol::scan(*raw);
         if (!scanned)
           throw KeywordError(fmt::format("the raw result is not JSON: {} (at byte {})", error->message, error->offset),
                              "ValueError");
-        return make_result_raw(m.id_text(), R"({"result":)" + *raw + "}");
+        return protocol::make_result_raw(m.id_text(), R"({"result":)" + *raw + "}");
       }
       json::object result;
       // The reference leaves `result` out for None; Robot reads a missing result as None.
@@ -259,7 +259,7 @@ std::string Session::run_keyword(const Message& m, const params::RunKeyword& p) 
       return answer(result);
     } catch (const RpcError& e) {
       log::debug("keyword '{}' answered with error {}: {}", keyword->name, e.code, e.what());
-      return make_error_raw(m.id_text(), e.code, log::valid_utf8(e.what()), e.data_text);
+      return protocol::make_error_raw(m.id_text(), e.code, log::valid_utf8(e.what()), e.data_text);
     } catch (const KeywordError& e) {
       log::debug("keyword '{}' failed: {}: {}", keyword->name, e.type(), e.what());
       return error_result(e.message(), e.type(), e.traceback(), e.mode());
@@ -278,15 +278,15 @@ std::string Session::run_keyword(const Message& m, const params::RunKeyword& p) 
   return answered;
 }
 
-void Session::on_finalize_library(const Message& m, params::FinalizeLibrary p) {
+void Session::on_finalize_library(const protocol::Message& m, protocol::FinalizeLibrary p) {
   // Finalizing an unknown or already finalized token is not an error (the reference answers {}).
   if (instances_.erase(p.token) > 0) log::info("finalized {}", p.token);
   reply(m, json::object());
 }
 
-void Session::on_shutdown(const Message& m) { reply(m, json::object()); }
+void Session::on_shutdown(const protocol::Message& m) { reply(m, json::object()); }
 
-void Session::on_exit(const Message&) { done_ = true; }
+void Session::on_exit(const protocol::Message&) { done_ = true; }
 
 std::string Session::new_token() {
   // Random part: tokens of different sessions (and of a restarted worker) never collide.

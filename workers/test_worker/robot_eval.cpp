@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace rjg::robot_eval {
+namespace rjg::test_worker {
 namespace {
 
 std::size_t backslashes_before(std::string_view s, std::size_t i) {
@@ -368,4 +368,4 @@ std::string python_str(const json::value& v) {
   return {};
 }
 
-}  // namespace rjg::robot_eval
+}  // namespace rjg::test_worker

@@ -29,7 +29,7 @@
 #include <string>
 #include <string_view>
 
-namespace rjg::robot_eval {
+namespace rjg::test_worker {
 
 namespace json = boost::json;
 
@@ -59,4 +59,4 @@ json::object resolve_import(const json::array& args, const json::object& kw_args
 // Python's str() of a JSON value as the reference server sees it (True, None, ['a', 1], ...).
 std::string python_str(const json::value& v);
 
-}  // namespace rjg::robot_eval
+}  // namespace rjg::test_worker

@@ -285,8 +285,8 @@ void add_keywords(rjg::sdk::Library& lib) {
                 const json::object& kwargs = c.value("kwargs").as_object();
                 if (!g_evaluate) return json::object{{"args", args}, {"kwargs", kwargs}};
                 try {
-                  return rjg::robot_eval::resolve_keyword_call(args, kwargs);
-                } catch (const rjg::robot_eval::EvalError& e) {
+                  return rjg::test_worker::resolve_keyword_call(args, kwargs);
+                } catch (const rjg::test_worker::EvalError& e) {
                   throw KeywordError(e.what(), "DataError");
                 }
               });
@@ -333,7 +333,7 @@ void add_keywords(rjg::sdk::Library& lib) {
   lib.keyword("Log Raw", {{"params_json", "str"}},
               "Sends a robot/log notification whose params are `params_json` as written; returns 'logged'.",
               [](Call& c) -> json::value {
-                c.notify_raw(rjg::make_notification_raw("robot/log", c.get<std::string>("params_json")));
+                c.notify_raw(rjg::protocol::make_notification_raw("robot/log", c.get<std::string>("params_json")));
                 return json::string("logged");
               });
   lib.keyword("Fail With Data", {{"data_json", "str"}, {"code", "int", json::value(-32099)}},
@@ -651,8 +651,8 @@ int main(int argc, char** argv) {
       // Resolved at import time, as Robot resolves a library's init arguments: "code runs" now.
       json::object resolved;
       try {
-        resolved = rjg::robot_eval::resolve_import(context.import.args, context.import.kw_args);
-      } catch (const rjg::robot_eval::EvalError& e) {
+        resolved = rjg::test_worker::resolve_import(context.import.args, context.import.kw_args);
+      } catch (const rjg::test_worker::EvalError& e) {
         throw std::runtime_error(e.what());
       }
       std::lock_guard lock(g_resolved_imports_mutex);
