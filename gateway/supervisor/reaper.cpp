@@ -205,7 +205,7 @@ void ChildReaper::reap() {
   // Each worker hears of its end on its own loop (at once when that is this one).
   for (auto& [child, status] : ended) {
     if (runs_here(child.where)) child.on_exit(status);
-    else boost::asio::post(child.where, [callback = std::move(child.on_exit), status] { callback(status); });
+    else boost::asio::post(child.where, [callback = std::move(child.on_exit), status = status] { callback(status); });
   }
   // Orphans appear when a process of a worker's tree dies: look for them now, after each worker's own
   // callback has killed its group.
