@@ -3,6 +3,7 @@
 // Drives initialize, import, run (with logs), finalize, a worker crash and the end of the session.
 #include "common/protocol/protocol.hpp"
 #include "common/runtime/message_stream.hpp"
+#include "gateway/session/client_session.hpp"
 #include "gateway/session/context.hpp"
 #include "gateway/session/stream_connection.hpp"
 
@@ -16,6 +17,8 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <functional>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -608,6 +611,449 @@ command = ["/bin/true"]
   io.run_for(std::chrono::seconds(30));
   EXPECT_TRUE(finished);
   EXPECT_EQ(journal.released, journal.leases) << "every lease ends exactly once";
+}
+
+
+// --- One request's checks in their corner cases: the pickle check of what comes in, escaping, the
+// worker, the pickle check of what goes out, and the token rewrite. The session is driven directly (no
+// stream), so a test can act between two steps of one request (a reload after its precheck).
+
+// A connection that keeps what the session sends.
+class Recorder final : public rjg::gateway::session::Connection {
+ public:
+  const std::string& name() const override { return name_; }
+  void send(std::string json_text) override { sent.push_back(parse(std::move(json_text))); }
+  asio::awaitable<void> wait_for_room() override { co_return; }
+  void session_idle() override {}
+  void close(std::string) override { closed = true; }
+  bool closing() const override { return closed; }
+  asio::awaitable<void> wait_closed() override { co_return; }
+
+  std::vector<Message> sent;
+  bool closed = false;
+
+ private:
+  std::string name_ = "session 9 (direct)";
+};
+
+// What the scripted workers answer, by lease number (1, 2, ... in the order acquired).
+struct Script {
+  // The import answer's member after its id: "result":{...} or "error":{...}.
+  std::function<std::string(int)> import_answer = [](int n) {
+    return fmt::format(R"("result":{{"token":"w-{}","definition":{{}}}})", n);
+  };
+  // The settings the pool grants a lease with (a reload since the session resolved the name); none: the route's.
+  std::map<int, std::shared_ptr<const config::Library>> settings;
+  std::string server_name;
+  // The result of an import without arguments made ahead of time (prewarm_import): given to the first
+  // lease acquired for an import without arguments.
+  std::optional<std::string> preimported;
+};
+
+// A worker whose import answers a test sets. Keywords: "Crash" dies as a worker does (its lease then
+// reports the loss); any other echoes its params' text as its result.
+class ScriptedLease final : public supervisor::Lease {
+ public:
+  ScriptedLease(Journal& journal, Script& script, int number, std::optional<Message> preimported)
+      : journal_(journal), script_(script), number_(number), preimported_(std::move(preimported)) {}
+  pid_t pid() const override { return 4500 + number_; }
+  bool prewarmed() const override { return false; }
+  std::string loss() const override { return loss_; }
+  std::string server_name() const override { return script_.server_name; }
+  std::shared_ptr<const config::Library> settings() const override {
+    auto it = script_.settings.find(number_);
+    return it == script_.settings.end() ? nullptr : it->second;
+  }
+  std::optional<Message> take_preimported() override { return std::exchange(preimported_, std::nullopt); }
+
+  asio::awaitable<Message> import_library(std::string params, std::weak_ptr<supervisor::CallObserver>) override {
+    journal_.calls.push_back("import " + params);
+    co_return parse(R"({"jsonrpc":"2.0","id":1,)" + script_.import_answer(number_) + "}");
+  }
+  asio::awaitable<Message> run_keyword(std::string params, std::string keyword,
+                                       std::weak_ptr<supervisor::CallObserver>) override {
+    journal_.calls.push_back("run " + params);
+    if (keyword == "Crash") {
+      loss_ = fmt::format("The worker of library 'Fake' (pid {}) died with signal 9 (SIGKILL)", pid());
+      throw supervisor::WorkerError(protocol::kWorkerFailed, loss_ + " while running keyword 'Crash'.");
+    }
+    co_return parse(R"({"jsonrpc":"2.0","id":2,"result":{"result":)" + params + "}}");
+  }
+  asio::awaitable<std::optional<Message>> finalize_library(std::string params,
+                                                           std::weak_ptr<supervisor::CallObserver>) override {
+    journal_.calls.push_back("finalize " + params);
+    ++journal_.released;
+    co_return parse(R"({"jsonrpc":"2.0","id":3,"result":{}})");
+  }
+  asio::awaitable<void> end(std::string finalize_params, std::string reason) override {
+    journal_.calls.push_back("end " + finalize_params + " (" + reason + ")");
+    ++journal_.released;
+    co_return;
+  }
+  asio::awaitable<void> release(std::string reason) override {
+    journal_.calls.push_back("release (" + reason + ")");
+    ++journal_.released;
+    co_return;
+  }
+
+ private:
+  Journal& journal_;
+  Script& script_;
+  int number_;
+  std::optional<Message> preimported_;
+  std::string loss_;
+};
+
+class ScriptedLeases final : public supervisor::LeaseSource {
+ public:
+  ScriptedLeases(Journal& journal, Script& script) : journal_(journal), script_(script) {}
+  asio::awaitable<std::shared_ptr<supervisor::Lease>> acquire(const config::Library&) override {
+    journal_.calls.push_back("acquire");
+    co_return std::make_shared<ScriptedLease>(journal_, script_, ++journal_.leases, std::nullopt);
+  }
+  asio::awaitable<std::shared_ptr<supervisor::Lease>> acquire_without_arguments(const config::Library&) override {
+    journal_.calls.push_back("acquire without arguments");
+    std::optional<Message> ahead;
+    if (auto result = std::exchange(script_.preimported, std::nullopt))
+      ahead = parse(R"({"jsonrpc":"2.0","id":1,"result":)" + *result + "}");
+    co_return std::make_shared<ScriptedLease>(journal_, script_, ++journal_.leases, std::move(ahead));
+  }
+
+ private:
+  Journal& journal_;
+  Script& script_;
+};
+
+std::string library_toml(std::string_view settings) {
+  return fmt::format(R"(
+[gateway]
+listen = ["tcp://127.0.0.1:0"]
+[[library]]
+name = "Fake"
+command = ["/bin/true"]
+{}
+)",
+                     settings);
+}
+
+// The settings a pool grants after a reload gave the library `settings`.
+std::shared_ptr<const config::Library> granted(std::string_view settings) {
+  rjg::gateway::session::Router router(std::make_shared<const config::Config>(config::load_string(library_toml(settings), "test.toml")));
+  return router.resolve("Fake").library;
+}
+
+// A ClientSession on a Recorder, past the handshake, with scripted workers.
+class DirectSession {
+ public:
+  explicit DirectSession(std::string_view settings)
+      : context(io.get_executor(), config::load_string(library_toml(settings), "test.toml"), "test"),
+        leases(journal, script),
+        connection(std::make_shared<Recorder>()),
+        session(std::make_shared<rjg::gateway::session::ClientSession>(context, context.config(), leases, connection,
+                                                         "session 9 (direct)", io.get_executor())) {
+    call(R"({"jsonrpc":"2.0","id":0,"method":"robot/initialize","params":{}})");
+    session->handle(keep(R"({"jsonrpc":"2.0","method":"robot/initialized","params":{}})"));
+  }
+  ~DirectSession() {
+    bool ended = false;
+    asio::co_spawn(io, session->end("the test is over"), [&](std::exception_ptr) { ended = true; });
+    while (!ended && io.run_one_for(std::chrono::seconds(10)) > 0) {
+    }
+    EXPECT_TRUE(ended);
+    EXPECT_EQ(journal.released, journal.leases) << "every lease ends exactly once";
+    EXPECT_EQ(context.requests_in_flight, 0u);
+  }
+
+  // Handles one request and runs the loop until it is answered; the notifications sent before the
+  // answer go to `notes`.
+  Message call(std::string text, std::vector<Message>* notes = nullptr) {
+    const Message& request = keep(std::move(text));
+    const std::size_t from = connection->sent.size();
+    session->handle(request);
+    return answer_to(request, from, notes);
+  }
+  // The same, with a precheck (as a large request gets, off the loop) and then `between` before it is handled.
+  Message call_prechecked(std::string text, const std::function<void()>& between) {
+    const Message& request = keep(std::move(text));
+    bool checked = false;
+    asio::co_spawn(io, session->precheck(request, io.get_executor()), [&](std::exception_ptr e) {
+      checked = true;
+      if (e) std::rethrow_exception(e);
+    });
+    while (!checked && io.run_one_for(std::chrono::seconds(10)) > 0) {
+    }
+    EXPECT_TRUE(checked);
+    between();
+    const std::size_t from = connection->sent.size();
+    session->handle(request);
+    return answer_to(request, from, nullptr);
+  }
+  std::string import(std::string params) {
+    auto answer = call(fmt::format(R"({{"jsonrpc":"2.0","id":"i","method":"robot/import_library","params":{}}})", params));
+    EXPECT_EQ(answer.kind, Message::Kind::response) << answer.text();
+    return answer.kind == Message::Kind::response ? token_of(answer) : std::string();
+  }
+  Message run(std::string_view token, std::string_view keyword, std::string_view args = "[]",
+              std::vector<Message>* notes = nullptr) {
+    return call(fmt::format(R"({{"jsonrpc":"2.0","id":"k","method":"robot/run_keyword","params":{{"library_token":"{}","name":"{}","args":{}}}}})",
+                            token, keyword, args),
+                notes);
+  }
+  void reload(std::string_view settings) {
+    context.router.update(std::make_shared<const config::Config>(config::load_string(library_toml(settings), "test.toml")));
+  }
+  std::uint64_t pickles_refused(supervisor::Direction direction) {
+    return context.metrics.library("Fake").pickles_refused[static_cast<std::size_t>(direction)].load();
+  }
+
+  asio::io_context io;
+  rjg::gateway::session::GatewayContext context;
+  Journal journal;
+  Script script;
+  ScriptedLeases leases;
+  std::shared_ptr<Recorder> connection;
+  std::shared_ptr<rjg::gateway::session::ClientSession> session;
+
+ private:
+  const Message& keep(std::string text) { return kept_.emplace_back(parse(std::move(text))); }
+  Message answer_to(const Message& request, std::size_t from, std::vector<Message>* notes) {
+    for (;;) {
+      auto& sent = connection->sent;
+      for (std::size_t i = from; i < sent.size(); ++i) {
+        if (sent[i].kind == Message::Kind::notification || sent[i].id_text() != request.id_text()) continue;
+        if (notes)
+          for (std::size_t j = from; j < i; ++j)
+            if (sent[j].kind == Message::Kind::notification) notes->push_back(sent[j]);
+        Message answer = sent[i];
+        io.poll();  // what the request left running in the background (a lost lease ending) ends too
+        return answer;
+      }
+      if (io.run_one_for(std::chrono::seconds(10)) == 0) throw std::runtime_error("no answer to " + request.text());
+    }
+  }
+  std::deque<Message> kept_;  // the messages handled: views into them live as long as their handling
+};
+
+// A pickle of os.system: refused under data_only and deny. A pickle of the int 1: refused under deny only.
+constexpr std::string_view kSystemPickle =
+    R"({"__pickled__":"8004951d000000000000008c05706f736978948c0673797374656d9493948c02696494859452942e"})";
+constexpr std::string_view kIntPickle = R"({"__pickled__":"80044b012e"})";
+
+bool journal_has(const Journal& journal, std::string_view prefix) {
+  for (auto& call : journal.calls)
+    if (call.starts_with(prefix)) return true;
+  return false;
+}
+std::string last_run(const Journal& journal) {
+  for (auto it = journal.calls.rbegin(); it != journal.calls.rend(); ++it)
+    if (it->starts_with("run ")) return *it;
+  return "(no keyword ran)";
+}
+
+// (a) An import answer without a token fails as such, whatever else it carries: its result is not
+// checked for pickles (it never reaches the client), so a refused pickle in it is neither named nor
+// counted. With a token, the same result is refused; an error answer's data is checked either way.
+TEST(ClientSessionPipeline, AnImportAnswerWithoutATokenFailsAsSuchEvenWithARefusedPickle) {
+  DirectSession s("");
+  s.script.import_answer = [](int n) {
+    if (n == 1) return fmt::format(R"("result":{{"definition":{{"keywords":[{{"name":"K","args":[{}]}}]}}}})", kSystemPickle);
+    if (n == 2) return fmt::format(R"("result":{{"token":"","x":{}}})", kSystemPickle);
+    if (n == 3) return fmt::format(R"("result":{{"token":"w-3","x":{}}})", kSystemPickle);
+    return fmt::format(R"("error":{{"code":-32000,"message":"no such library","data":{}}})", kSystemPickle);
+  };
+  auto no_token = s.call(R"({"jsonrpc":"2.0","id":1,"method":"robot/import_library","params":{"name":"Fake"}})");
+  EXPECT_EQ(no_token.error_code(), protocol::kWorkerFailed) << no_token.text();
+  EXPECT_NE(no_token.error_message().find("answered robot/import_library without a token"), std::string::npos)
+      << no_token.text();
+  EXPECT_EQ(no_token.error_message().find("posix.system"), std::string::npos) << no_token.text();
+  EXPECT_EQ(s.journal.calls, (std::vector<std::string>{"acquire without arguments", R"(import {"name":""})",
+                                                         "release (its import failed)"}));
+  // An empty token is no token.
+  auto empty_token = s.call(R"({"jsonrpc":"2.0","id":2,"method":"robot/import_library","params":{"name":"Fake"}})");
+  EXPECT_EQ(empty_token.error_code(), protocol::kWorkerFailed) << empty_token.text();
+  EXPECT_EQ(s.pickles_refused(supervisor::Direction::out), 0u);
+
+  auto with_token = s.call(R"({"jsonrpc":"2.0","id":3,"method":"robot/import_library","params":{"name":"Fake"}})");
+  EXPECT_EQ(with_token.error_code(), protocol::kPickleRefused) << with_token.text();
+  EXPECT_NE(with_token.error_message().find("posix.system"), std::string::npos) << with_token.text();
+  EXPECT_EQ(s.pickles_refused(supervisor::Direction::out), 1u);
+
+  auto error = s.call(R"({"jsonrpc":"2.0","id":4,"method":"robot/import_library","params":{"name":"Fake"}})");
+  EXPECT_EQ(error.error_code(), protocol::kPickleRefused) << error.text();
+  EXPECT_EQ(s.pickles_refused(supervisor::Direction::out), 2u);
+  EXPECT_EQ(s.journal.calls.back(), "release (its import failed)");
+}
+
+// (b) A large request's pickle check runs off the loop before it is handled (precheck). A reload
+// between the two: an import is judged by the settings the router gives when it is handled (the
+// precheck's verdict is dropped when the settings differ); a keyword by its import's settings, which a
+// reload does not change, so the precheck's verdict holds.
+TEST(ClientSessionPipeline, APrecheckedVerdictHoldsOnlyForTheSettingsItWasMadeUnder) {
+  DirectSession s(R"(pickle = "deny")");
+  const auto import_with_pickle =
+      fmt::format(R"({{"jsonrpc":"2.0","id":"p","method":"robot/import_library","params":{{"name":"Fake","args":[{}]}}}})",
+                  kIntPickle);
+  // Refused by its precheck under "deny", handled under "allow": admitted, and the worker gets the pickle.
+  auto admitted = s.call_prechecked(import_with_pickle, [&] { s.reload(R"(pickle = "allow")"); });
+  EXPECT_EQ(admitted.kind, Message::Kind::response) << admitted.text();
+  EXPECT_EQ(s.journal.calls.back(), fmt::format(R"(import {{"name":"","args":[{}]}})", kIntPickle));
+  EXPECT_EQ(s.pickles_refused(supervisor::Direction::in), 0u);
+
+  // Prechecked under "allow" (nothing to check), handled under "deny": refused before a worker is asked.
+  s.journal.calls.clear();
+  auto refused = s.call_prechecked(import_with_pickle, [&] { s.reload(R"(pickle = "deny")"); });
+  EXPECT_EQ(refused.error_code(), protocol::kPickleRefused) << refused.text();
+  EXPECT_TRUE(s.journal.calls.empty()) << ::testing::PrintToString(s.journal.calls);
+  EXPECT_EQ(s.pickles_refused(supervisor::Direction::in), 1u);
+
+  // A keyword: its import's settings ("deny", from its import) decide, before and after the reload.
+  const std::string token = s.import(R"({"name":"Fake"})");
+  s.journal.calls.clear();
+  const auto keyword_with_pickle = fmt::format(
+      R"({{"jsonrpc":"2.0","id":"k","method":"robot/run_keyword","params":{{"library_token":"{}","name":"K","args":[{}]}}}})",
+      token, kIntPickle);
+  auto keyword = s.call_prechecked(keyword_with_pickle, [&] { s.reload(R"(pickle = "allow")"); });
+  EXPECT_EQ(keyword_error_text(keyword, "type"), protocol::keyword_error_type(protocol::kPickleRefused))
+      << keyword.text();
+  auto again = s.call(keyword_with_pickle);
+  EXPECT_EQ(keyword_error_text(again, "type"), protocol::keyword_error_type(protocol::kPickleRefused)) << again.text();
+  EXPECT_TRUE(s.journal.calls.empty()) << ::testing::PrintToString(s.journal.calls);
+  EXPECT_EQ(s.pickles_refused(supervisor::Direction::in), 3u);
+}
+
+// (b) The import's pickle check runs a second time when the worker was granted under settings whose
+// pickle policy differs from the route's (a reload between the lookup and the grant); the granted
+// settings then govern the import and its keywords.
+TEST(ClientSessionPipeline, AGrantUnderAnotherPicklePolicyChecksTheImportAgain) {
+  DirectSession s(R"(pickle = "allow")");
+  s.script.settings[1] = granted(R"(pickle = "deny")");
+  s.script.settings[2] = granted(R"(pickle = "deny")");
+  auto refused = s.call(fmt::format(
+      R"({{"jsonrpc":"2.0","id":1,"method":"robot/import_library","params":{{"name":"Fake","args":[{}]}}}})", kIntPickle));
+  EXPECT_EQ(refused.error_code(), protocol::kPickleRefused) << refused.text();
+  EXPECT_EQ(s.journal.calls, (std::vector<std::string>{"acquire", "release (its import arguments were refused)"}));
+  EXPECT_EQ(s.pickles_refused(supervisor::Direction::in), 1u);
+
+  s.journal.calls.clear();
+  const std::string token = s.import(R"({"name":"Fake","args":[1]})");
+  auto keyword = s.run(token, "K", fmt::format("[{}]", kIntPickle));
+  EXPECT_EQ(keyword_error_text(keyword, "type"), protocol::keyword_error_type(protocol::kPickleRefused))
+      << keyword.text();
+  EXPECT_FALSE(journal_has(s.journal, "run ")) << ::testing::PrintToString(s.journal.calls);
+}
+
+// (c) An import without arguments answered by the instance imported ahead (prewarm_import) sends the
+// worker nothing, so nothing is escaped for it; its keywords are escaped as any import's. An import with
+// arguments gets them escaped. The params kept for a re-import are the ones never sent (the name only):
+// after a loss, the library is imported afresh with them, through an ordinary acquire.
+TEST(ClientSessionPipeline, AnInstanceImportedAheadIsNotEscapedForButItsKeywordsAre) {
+  DirectSession s(R"(arguments = "escape")");
+  s.script.preimported = R"({"token":"w-ahead","definition":{}})";
+  const std::string token = s.import(R"({"name":"Fake","args":[],"kw_args":{}})");
+  EXPECT_EQ(s.journal.calls, std::vector<std::string>{"acquire without arguments"});
+  auto ran = s.run(token, "K", R"(["${x}"])");
+  EXPECT_TRUE(keyword_error_of(ran).empty()) << ran.text();
+  EXPECT_EQ(s.journal.calls.back(), R"(run {"library_token":"w-ahead","name":"K","args":["\\${x}"]})");
+
+  auto crashed = s.run(token, "Crash");
+  EXPECT_EQ(keyword_error_text(crashed, "type"), protocol::keyword_error_type(protocol::kWorkerFailed));
+  s.journal.calls.clear();
+  auto again = s.run(token, "K", R"(["${y}"])");
+  EXPECT_TRUE(keyword_error_of(again).empty()) << again.text();
+  EXPECT_EQ(s.journal.calls.at(0), "acquire");
+  EXPECT_EQ(s.journal.calls.at(1), R"(import {"name":"","args":[],"kw_args":{}})");
+  EXPECT_EQ(last_run(s.journal), R"(run {"library_token":"w-2","name":"K","args":["\\${y}"]})");
+
+  s.journal.calls.clear();
+  s.import(R"({"name":"Fake","args":["${x}"]})");
+  EXPECT_EQ(s.journal.calls, (std::vector<std::string>{"acquire", R"(import {"name":"","args":["\\${x}"]})"}));
+}
+
+// (d) A keyword on an import whose worker was lost imports the library again with the params the first
+// worker got (escaped as sent), swaps the worker's token behind the client's (which stays the same),
+// ends the lost lease with the old worker token, and says so in the keyword's log before its answer.
+TEST(ClientSessionPipeline, AReimportKeepsTheClientsTokenAndSendsTheFirstImportsParams) {
+  DirectSession s(R"(arguments = "escape")");
+  const std::string token = s.import(R"({"name":"Fake","args":["${a}"]})");
+  auto crashed = s.run(token, "Crash");
+  EXPECT_NE(keyword_error_text(crashed, "message").find("imports it again"), std::string::npos) << crashed.text();
+  s.journal.calls.clear();
+  std::vector<Message> notes;
+  auto ran = s.run(token, "Echo", R"(["${b}"])", &notes);
+  EXPECT_TRUE(keyword_error_of(ran).empty()) << ran.text();
+  EXPECT_EQ(ran.result().at("result"), json::parse(R"({"library_token":"w-2","name":"Echo","args":["\\${b}"]})"));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0].params().at("level"), json::value("WARN"));
+  EXPECT_NE(json::serialize(notes[0].params().at("message")).find("was imported again"), std::string::npos);
+  EXPECT_EQ(s.journal.calls.at(0), "acquire");
+  EXPECT_EQ(s.journal.calls.at(1), R"(import {"name":"","args":["\\${a}"]})");
+  EXPECT_TRUE(journal_has(s.journal, R"(end {"token":"w-1"} (its worker was lost))"))
+      << ::testing::PrintToString(s.journal.calls);
+  EXPECT_EQ(last_run(s.journal), R"(run {"library_token":"w-2","name":"Echo","args":["\\${b}"]})");
+
+  auto finalized = s.call(fmt::format(
+      R"({{"jsonrpc":"2.0","id":"f","method":"robot/finalize_library","params":{{"token":"{}"}}}})", token));
+  EXPECT_EQ(finalized.result_text(), "{}") << finalized.text();
+  EXPECT_EQ(s.journal.calls.back(), R"(finalize {"token":"w-2"})");
+}
+
+// (d) The pickle checks on the re-import path. The re-import's answer goes nowhere, so it is not
+// checked (a refused pickle in it does not stop the keyword), and one without a token fails that
+// keyword only. The keyword that triggers a re-import was checked under the lost import's settings, but
+// its answer under the settings the new worker was granted (a reload between): a pickle the new
+// settings refuse reaches the new worker, and only its echo is refused. Later keywords are checked
+// under the new settings.
+TEST(ClientSessionPipeline, AReimportChecksTheKeywordUnderTheOldSettingsAndItsAnswerUnderTheNew) {
+  DirectSession s(R"(pickle = "allow")");
+  s.script.import_answer = [](int n) {
+    if (n == 2) return std::string(R"("result":{"definition":{}})");
+    return fmt::format(R"("result":{{"token":"w-{}","x":{}}})", n, n == 3 ? kSystemPickle : std::string_view("1"));
+  };
+  s.script.settings[3] = granted(R"(pickle = "deny")");
+  const std::string token = s.import(R"({"name":"Fake","args":[1]})");
+  s.run(token, "Crash");
+
+  // Lease 2 answers without a token: this keyword fails, and says why; the next one tries again.
+  auto failed = s.run(token, "K", fmt::format("[{}]", kIntPickle));
+  EXPECT_EQ(keyword_error_text(failed, "type"), protocol::keyword_error_type(protocol::kWorkerFailed)) << failed.text();
+  EXPECT_NE(keyword_error_text(failed, "message").find("answered robot/import_library without a token"), std::string::npos)
+      << failed.text();
+  EXPECT_EQ(s.journal.calls.back(), "release (its re-import failed)");
+
+  // Lease 3: granted under "deny", its import answer carries os.system. The keyword was checked under
+  // "allow": the worker gets the pickle, and its echo is refused.
+  s.journal.calls.clear();
+  auto echoed = s.run(token, "K", fmt::format("[{}]", kIntPickle));
+  EXPECT_EQ(keyword_error_text(echoed, "type"), protocol::keyword_error_type(protocol::kPickleRefused)) << echoed.text();
+  EXPECT_EQ(last_run(s.journal), fmt::format(R"(run {{"library_token":"w-3","name":"K","args":[{}]}})", kIntPickle));
+  EXPECT_EQ(s.pickles_refused(supervisor::Direction::out), 1u) << "the re-import's answer is not checked";
+  EXPECT_EQ(s.pickles_refused(supervisor::Direction::in), 0u);
+
+  // Now under "deny": refused before the worker.
+  s.journal.calls.clear();
+  auto refused = s.run(token, "K", fmt::format("[{}]", kIntPickle));
+  EXPECT_EQ(keyword_error_text(refused, "type"), protocol::keyword_error_type(protocol::kPickleRefused)) << refused.text();
+  EXPECT_TRUE(s.journal.calls.empty()) << ::testing::PrintToString(s.journal.calls);
+  EXPECT_EQ(s.pickles_refused(supervisor::Direction::in), 1u);
+}
+
+// (d) A re-import granted under settings that escape differently (a reload changed arguments) cannot
+// send the first import's params again: the keyword fails, the new worker goes back, the next tries again.
+TEST(ClientSessionPipeline, AReimportUnderOtherEscapingFailsItsKeyword) {
+  DirectSession s(R"(arguments = "escape")");
+  s.script.settings[2] = granted(R"(arguments = "as-is")");
+  const std::string token = s.import(R"({"name":"Fake","args":["${a}"]})");
+  s.run(token, "Crash");
+  s.journal.calls.clear();
+  auto failed = s.run(token, "K", R"(["${b}"])");
+  EXPECT_EQ(keyword_error_text(failed, "type"), protocol::keyword_error_type(protocol::kWorkerFailed)) << failed.text();
+  EXPECT_NE(keyword_error_text(failed, "message").find("a reload changed whether its worker gets argument strings escaped"),
+            std::string::npos)
+      << failed.text();
+  EXPECT_EQ(s.journal.calls, (std::vector<std::string>{"acquire", "release (its re-import failed)"}));
+  auto next = s.run(token, "K", R"(["${b}"])");
+  EXPECT_TRUE(keyword_error_of(next).empty()) << next.text();
+  EXPECT_EQ(last_run(s.journal), R"(run {"library_token":"w-3","name":"K","args":["\\${b}"]})");
 }
 
 }  // namespace
