@@ -1,25 +1,23 @@
-// The gateway's protocol logic for one client: handshake, imports, keyword calls, finalize, the
-// token map, the pickle policy and the log relay. It sees classified messages and talks back through
-// its Connection; it never touches a socket, so a unit test drives it over an in-memory stream with
-// a fake LeaseSource. Keyword calls run as coroutines of their own, so a long keyword never blocks
-// the connection (or any other).
+// The gateway's protocol logic for one client: handshake, dispatch, imports, keyword calls, finalize,
+// the import table and the leases' lifetimes. What happens to a request on its way to the worker and
+// back (pickle checks, escaping, the relay of what the worker sends meanwhile, the token rewrite) is
+// the RequestPipeline's. It sees classified messages and talks back through its Connection; it never
+// touches a socket, so a unit test drives it over an in-memory stream with a fake LeaseSource. Keyword
+// calls run as coroutines of their own, so a long keyword never blocks the connection (or any other).
+// The handling of an import whose worker was lost (on_worker_loss) is in worker_loss.cpp.
 #pragma once
 
 #include "common/protocol/server_protocol.hpp"
 #include "common/runtime/async_event.hpp"
 #include "gateway/session/connection.hpp"
 #include "gateway/session/context.hpp"
-#include "gateway/session/pickle_guard.hpp"
 #include "gateway/session/reply.hpp"
+#include "gateway/session/request_pipeline.hpp"
 #include "gateway/session/token_map.hpp"
 
-#include <initializer_list>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
-#include <vector>
 
 namespace rjg::gateway::session {
 
@@ -34,12 +32,12 @@ class ClientSession : public protocol::ServerMethods, public std::enable_shared_
   void handle(const protocol::Message& message);
   // A frame whose body is not a valid message.
   void handle_invalid(const protocol::ProtocolError& problem);
-  // For a large request, before handle(): binds its params and runs its pickle check on `pool` (off
-  // the event loop); handle() then uses that verdict instead of checking on the loop. The caller
-  // awaits it before handling the message and before reading the next, so order is kept.
-  asio::awaitable<void> precheck(const protocol::Message& message, asio::any_io_executor pool);
+  // For a large request, before handle(): its pickle check, off the event loop (RequestPipeline::precheck).
+  asio::awaitable<void> precheck(const protocol::Message& message, asio::any_io_executor pool) {
+    return pipeline_.precheck(message, std::move(pool), tokens_);
+  }
   // Forgets what precheck() found, when the message will not be handled after all.
-  void clear_precheck() { prechecked_.reset(); }
+  void clear_precheck() { pipeline_.clear_precheck(); }
 
   bool handshake_started() const { return protocol_.initialize_received(); }
   // Imports, keywords or finalizes are running for this session.
@@ -77,28 +75,29 @@ class ClientSession : public protocol::ServerMethods, public std::enable_shared_
   // Answers wait for room in the client's write queue, as relayed logs do: the queue stays within its
   // high-water mark plus one message. Await it right before answering, with no suspension between.
   asio::awaitable<void> room_for_answer();
-  // session::refuse_pickles for the arguments of the request being handled, except that a verdict
-  // precheck() computed off the loop for exactly these values is used as it is.
-  std::optional<PickleRefusal> refuse_argument_pickles(
-      const config::Library& library, std::initializer_list<std::pair<std::string_view, std::string_view>> values);
-  // session::refuse_pickles for the values of a worker's answer (a second one may be empty); off the
-  // loop when they are large.
-  asio::awaitable<std::optional<PickleRefusal>> refuse_answer_pickles(
-      const config::Library& library, std::pair<std::string_view, std::string_view> first,
-      std::pair<std::string_view, std::string_view> second = {});
   // Runs a request handler as its own coroutine, so reading goes on.
   void spawn(asio::awaitable<void> task, std::string what);
 
+  using Failure = RequestPipeline::Failure;
   asio::awaitable<void> import_library(Reply reply, protocol::ImportLibrary params,
                                        std::shared_ptr<const config::Library> route);
-  asio::awaitable<void> run_keyword(Reply reply, std::string worker_params, std::string keyword, Import import);
+  asio::awaitable<void> run_keyword(Reply reply, RequestPipeline::KeywordCall call);
+  asio::awaitable<void> finalize_library(Reply reply, Import import);
+
+  // worker_loss.cpp
+  // Answers a keyword on an import whose worker was lost, as the library's on_worker_loss says; false
+  // while the worker serves.
+  bool on_lost_worker(Reply& reply, protocol::RunKeyword& params, const Import& import);
   // A keyword on an import whose worker was lost: imports the library again (once, however many keywords
   // wait for it) with the params of the first import, tells the client's log, then runs the keyword.
   asio::awaitable<void> reimport_then_run(Reply reply, protocol::RunKeyword params);
+  // A keyword failed because its worker is gone: so is the import's instance. The failure says what the
+  // next keyword on the token gets.
+  void worker_lost_in(const RequestPipeline::KeywordCall& call, Failure& failure);
   // Whether the import's worker is gone: a keyword failed with it, or the lease says so.
   static bool worker_lost(const Import& import);
   static std::string lost_reason(const Import& import);
-  asio::awaitable<void> finalize_library(Reply reply, Import import);
+
   void count_imports();  // for /status
   static asio::awaitable<void> end_import(std::shared_ptr<supervisor::Lease> lease, std::string finalize_params,
                                           std::string why);
@@ -111,16 +110,10 @@ class ClientSession : public protocol::ServerMethods, public std::enable_shared_
   std::string name_;
   protocol::ServerProtocol protocol_;
   TokenMap tokens_;
+  RequestPipeline pipeline_;
   bool ending_ = false;
   std::size_t requests_in_flight_ = 0;  // unanswered requests of this connection
   std::size_t pending_bytes_ = 0;       // the text of those requests, in bytes
-  struct Prechecked {
-    const protocol::Message* message;  // the message it was computed for: it applies to that one only
-    std::shared_ptr<const config::Library> library;
-    std::vector<std::pair<std::string, std::string_view>> values;  // views into the message being handled
-    std::optional<PickleRefusal> verdict;
-  };
-  std::optional<Prechecked> prechecked_;  // set by precheck() for the message handle() is about to see
   std::size_t background_ = 0;          // imports, keywords and finalizes still running
   runtime::AsyncEvent background_done_;
 };
