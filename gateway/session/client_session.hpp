@@ -89,8 +89,10 @@ class ClientSession : public protocol::ServerMethods, public std::enable_shared_
   // while the worker serves.
   bool on_lost_worker(Reply& reply, protocol::RunKeyword& params, const Import& import);
   // A keyword on an import whose worker was lost: imports the library again (once, however many keywords
-  // wait for it) with the params of the first import, tells the client's log, then runs the keyword.
-  asio::awaitable<void> reimport_then_run(Reply reply, protocol::RunKeyword params);
+  // wait for it) with the params of the first import, tells the client's log, checks the keyword in again
+  // when the import's settings are no longer `checked_under` (those it was admitted under), then runs it.
+  asio::awaitable<void> reimport_then_run(Reply reply, protocol::RunKeyword params,
+                                          std::shared_ptr<const config::Library> checked_under);
   // A keyword failed because its worker is gone: so is the import's instance. The failure says what the
   // next keyword on the token gets.
   void worker_lost_in(const RequestPipeline::KeywordCall& call, Failure& failure);

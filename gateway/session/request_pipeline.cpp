@@ -197,21 +197,27 @@ std::optional<PickleRefusal> RequestPipeline::refuse_argument_pickles(
 asio::awaitable<std::optional<PickleRefusal>> RequestPipeline::refuse_answer_pickles(
     const config::Library& library, std::pair<std::string_view, std::string_view> first,
     std::pair<std::string_view, std::string_view> second) {
-  // A worker's large answer is checked off the loop, like a client's large request; the answer (and
-  // so the views) lives in the caller's frame until this returns.
+  return refuse_pickles_of(library, supervisor::Direction::out, "an answer", first, second);
+}
+
+asio::awaitable<std::optional<PickleRefusal>> RequestPipeline::refuse_pickles_of(
+    const config::Library& library, supervisor::Direction direction, std::string_view what,
+    std::pair<std::string_view, std::string_view> first, std::pair<std::string_view, std::string_view> second) {
+  // Large values are checked off the loop, like a client's large request in precheck(); the values (and
+  // so the views) live in the caller's frame until this returns.
   if (context_.offload && library.pickle != config::PicklePolicy::allow &&
       first.second.size() + second.second.size() >= runtime::kOffloadFrameBytes) {
     PrecheckValues values{{}, {{std::string(first.first), first.second}, {std::string(second.first), second.second}}};
     auto check = refuse_pickles_on_pool(&library, &values);
     std::optional<PickleRefusal> verdict =
         co_await asio::co_spawn(*context_.offload, std::move(check), asio::use_awaitable);
-    log::debug("{}: an answer of library {} with {} bytes of values: pickles checked off the event loop", name_,
+    log::debug("{}: {} of library {} with {} bytes of values: pickles checked off the event loop", name_, what,
                library.name, first.second.size() + second.second.size());
-    if (verdict) supervisor::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, supervisor::Direction::out);
+    if (verdict) supervisor::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, direction);
     co_return verdict;
   }
   auto verdict = session::refuse_pickles(library, {{first.first, first.second}, {second.first, second.second}});
-  if (verdict) supervisor::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, supervisor::Direction::out);
+  if (verdict) supervisor::LibraryMetrics::add(context_.metrics.library(library.name).pickles_refused, direction);
   co_return verdict;
 }
 
@@ -338,6 +344,19 @@ std::optional<RequestPipeline::Failure> RequestPipeline::admit(protocol::RunKeyw
                  import.library, escaped, import.lease->where());
   }
   return std::nullopt;
+}
+
+asio::awaitable<std::optional<RequestPipeline::Failure>> RequestPipeline::check_in_again(
+    const protocol::RunKeyword& params, Import import) {
+  // Escaping needs no second pass: a re-import under settings that escape differently fails.
+  const config::Library& library = *import.config;
+  auto refused = co_await refuse_pickles_of(library, supervisor::Direction::in, "a keyword's arguments",
+                                            {"args", params.of(params.args)}, {"kwargs", params.of(params.kwargs)});
+  if (!refused) co_return std::nullopt;
+  log::warn("{}: keyword '{}' of {} refused under the settings its import was granted again: {}", name_, params.name,
+            import.library, refused->message);
+  if (import.metrics) supervisor::LibraryMetrics::add(import.metrics->keywords, supervisor::KeywordOutcome::error);
+  co_return refusal(std::move(*refused));
 }
 
 RequestPipeline::KeywordCall RequestPipeline::rewrite(const protocol::RunKeyword& params, const Import& import) {

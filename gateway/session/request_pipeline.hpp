@@ -112,6 +112,11 @@ class RequestPipeline {
     std::string keyword;
     Import import;
   };
+  // Check in again, under the settings of `import` as it is now: for a keyword admitted under the
+  // settings its import had before it was imported again (a reload can change them in between), so that
+  // its worker never gets what those settings refuse. A refusal fails it as admit() fails any keyword.
+  // Off the loop when the arguments are large; `params` lives in the caller's frame until this returns.
+  asio::awaitable<std::optional<Failure>> check_in_again(const protocol::RunKeyword& params, Import import);
   static KeywordCall rewrite(const protocol::RunKeyword& params, const Import& import);
   struct KeywordPass {
     std::optional<Failure> failure;  // none: answer with `answer` (its id made the client's)
@@ -160,6 +165,13 @@ class RequestPipeline {
   asio::awaitable<std::optional<PickleRefusal>> refuse_answer_pickles(
       const config::Library& library, std::pair<std::string_view, std::string_view> first,
       std::pair<std::string_view, std::string_view> second = {});
+  // session::refuse_pickles for two values (the second may be empty), off the loop when they are large;
+  // a refusal counts in `direction`. what: the values, for the log ("an answer").
+  asio::awaitable<std::optional<PickleRefusal>> refuse_pickles_of(const config::Library& library,
+                                                                  supervisor::Direction direction,
+                                                                  std::string_view what,
+                                                                  std::pair<std::string_view, std::string_view> first,
+                                                                  std::pair<std::string_view, std::string_view> second);
 
   GatewayContext& context_;
   ClientSession& session_;

@@ -52,11 +52,12 @@ bool ClientSession::on_lost_worker(Reply& reply, protocol::RunKeyword& params, c
                             params.name, import.library, lost_reason(import), kMaxKeptImportBytes));
     return true;
   }
-  spawn(reimport_then_run(std::move(reply), std::move(params)), "run_keyword");
+  spawn(reimport_then_run(std::move(reply), std::move(params), import.config), "run_keyword");
   return true;
 }
 
-asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, protocol::RunKeyword params) {
+asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, protocol::RunKeyword params,
+                                                     std::shared_ptr<const config::Library> checked_under) {
   const std::string token = params.library_token;
   for (bool reimported = false;;) {
     Import* import = tokens_.find(token);
@@ -73,7 +74,18 @@ asio::awaitable<void> ClientSession::reimport_then_run(Reply reply, protocol::Ru
       continue;  // that one may have failed: then this keyword tries once itself
     }
     // Once: a new worker that is already gone fails this keyword as any lost worker does.
-    if (reimported || !worker_lost(*import)) break;
+    if (reimported || !worker_lost(*import)) {
+      if (import->config == checked_under) break;
+      // Imported again (by this keyword or the one it waited for) under the settings a reload gave the
+      // library since this keyword was checked in: what those refuse must not reach the new worker.
+      checked_under = import->config;
+      if (auto refused = co_await pipeline_.check_in_again(params, *import)) {
+        co_await room_for_answer();
+        reply.error(refused->code, refused->message, refused->data_json);
+        co_return;
+      }
+      continue;  // a large keyword was checked off the loop: the import may have changed meanwhile
+    }
 
     // This keyword imports the library again. Copies: the entry may move while this waits.
     const auto event = std::make_shared<runtime::AsyncEvent>(background_done_.executor());

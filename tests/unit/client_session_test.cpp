@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -651,7 +652,8 @@ struct Script {
 };
 
 // A worker whose import answers a test sets. Keywords: "Crash" dies as a worker does (its lease then
-// reports the loss); any other echoes its params' text as its result.
+// reports the loss); "Pickled" returns a pickle of the int 1; any other echoes its params' text as its
+// result.
 class ScriptedLease final : public supervisor::Lease {
  public:
   ScriptedLease(Journal& journal, Script& script, int number, std::optional<Message> preimported)
@@ -677,6 +679,7 @@ class ScriptedLease final : public supervisor::Lease {
       loss_ = fmt::format("The worker of library 'Fake' (pid {}) died with signal 9 (SIGKILL)", pid());
       throw supervisor::WorkerError(protocol::kWorkerFailed, loss_ + " while running keyword 'Crash'.");
     }
+    if (keyword == "Pickled") co_return parse(R"({"jsonrpc":"2.0","id":2,"result":{"result":{"__pickled__":"80044b012e"}}})");
     co_return parse(R"({"jsonrpc":"2.0","id":2,"result":{"result":)" + params + "}}");
   }
   asio::awaitable<std::optional<Message>> finalize_library(std::string params,
@@ -787,6 +790,16 @@ class DirectSession {
     const std::size_t from = connection->sent.size();
     session->handle(request);
     return answer_to(request, from, nullptr);
+  }
+  // Handles each request before the loop runs any, then runs it until all are answered (in order).
+  std::vector<Message> call_together(std::vector<std::string> texts) {
+    std::vector<const Message*> requests;
+    const std::size_t from = connection->sent.size();
+    for (auto& text : texts) requests.push_back(&keep(std::move(text)));
+    for (const Message* request : requests) session->handle(*request);
+    std::vector<Message> answers;
+    for (const Message* request : requests) answers.push_back(answer_to(*request, from, nullptr));
+    return answers;
   }
   std::string import(std::string params) {
     auto answer = call(fmt::format(R"({{"jsonrpc":"2.0","id":"i","method":"robot/import_library","params":{}}})", params));
@@ -999,11 +1012,11 @@ TEST(ClientSessionPipeline, AReimportKeepsTheClientsTokenAndSendsTheFirstImports
 
 // (d) The pickle checks on the re-import path. The re-import's answer goes nowhere, so it is not
 // checked (a refused pickle in it does not stop the keyword), and one without a token fails that
-// keyword only. The keyword that triggers a re-import was checked under the lost import's settings, but
-// its answer under the settings the new worker was granted (a reload between): a pickle the new
-// settings refuse reaches the new worker, and only its echo is refused. Later keywords are checked
-// under the new settings.
-TEST(ClientSessionPipeline, AReimportChecksTheKeywordUnderTheOldSettingsAndItsAnswerUnderTheNew) {
+// keyword only. The keyword that triggers a re-import was checked in under the lost import's settings;
+// when the new worker was granted other settings (a reload between), it is checked in again under those
+// before it is forwarded, and refused as any refused argument is: a pickle the new settings refuse never
+// reaches the new worker. Its answer, and later keywords, are checked under the new settings.
+TEST(ClientSessionPipeline, AReimportChecksTheKeywordAndItsAnswerUnderTheNewSettings) {
   DirectSession s(R"(pickle = "allow")");
   s.script.import_answer = [](int n) {
     if (n == 2) return std::string(R"("result":{"definition":{}})");
@@ -1020,20 +1033,60 @@ TEST(ClientSessionPipeline, AReimportChecksTheKeywordUnderTheOldSettingsAndItsAn
       << failed.text();
   EXPECT_EQ(s.journal.calls.back(), "release (its re-import failed)");
 
-  // Lease 3: granted under "deny", its import answer carries os.system. The keyword was checked under
-  // "allow": the worker gets the pickle, and its echo is refused.
+  // Lease 3: granted under "deny", its import answer carries os.system. The keyword was admitted under
+  // "allow"; checked in again under "deny", it is refused, and worker 3 runs nothing.
   s.journal.calls.clear();
-  auto echoed = s.run(token, "K", fmt::format("[{}]", kIntPickle));
-  EXPECT_EQ(keyword_error_text(echoed, "type"), protocol::keyword_error_type(protocol::kPickleRefused)) << echoed.text();
-  EXPECT_EQ(last_run(s.journal), fmt::format(R"(run {{"library_token":"w-3","name":"K","args":[{}]}})", kIntPickle));
-  EXPECT_EQ(s.pickles_refused(supervisor::Direction::out), 1u) << "the re-import's answer is not checked";
-  EXPECT_EQ(s.pickles_refused(supervisor::Direction::in), 0u);
+  std::vector<Message> notes;
+  auto again = s.run(token, "K", fmt::format("[{}]", kIntPickle), &notes);
+  EXPECT_EQ(keyword_error_text(again, "type"), protocol::keyword_error_type(protocol::kPickleRefused)) << again.text();
+  EXPECT_FALSE(journal_has(s.journal, "run ")) << ::testing::PrintToString(s.journal.calls);
+  EXPECT_TRUE(journal_has(s.journal, R"(end {"token":"w-1"} (its worker was lost))"))
+      << ::testing::PrintToString(s.journal.calls);
+  ASSERT_EQ(notes.size(), 1u) << "the re-import is told in the keyword's log, before its refusal";
+  EXPECT_NE(json::serialize(notes[0].params().at("message")).find("was imported again"), std::string::npos);
+  EXPECT_EQ(s.pickles_refused(supervisor::Direction::out), 0u) << "the re-import's answer is not checked";
+  EXPECT_EQ(s.pickles_refused(supervisor::Direction::in), 1u);
 
-  // Now under "deny": refused before the worker.
+  // Now under "deny": refused before the worker, with the same answer as the check in again gave.
   s.journal.calls.clear();
   auto refused = s.run(token, "K", fmt::format("[{}]", kIntPickle));
   EXPECT_EQ(keyword_error_text(refused, "type"), protocol::keyword_error_type(protocol::kPickleRefused)) << refused.text();
+  EXPECT_EQ(keyword_error_text(refused, "message"), keyword_error_text(again, "message"));
   EXPECT_TRUE(s.journal.calls.empty()) << ::testing::PrintToString(s.journal.calls);
+  EXPECT_EQ(s.pickles_refused(supervisor::Direction::in), 2u);
+
+  // A keyword without pickles runs on worker 3; its answer is checked under "deny".
+  auto ran = s.run(token, "K", "[1]");
+  EXPECT_TRUE(keyword_error_of(ran).empty()) << ran.text();
+  EXPECT_EQ(last_run(s.journal), R"(run {"library_token":"w-3","name":"K","args":[1]})");
+  auto pickled = s.run(token, "Pickled");
+  EXPECT_EQ(keyword_error_text(pickled, "type"), protocol::keyword_error_type(protocol::kPickleRefused)) << pickled.text();
+  EXPECT_EQ(s.pickles_refused(supervisor::Direction::out), 1u);
+}
+
+// (d) Keywords that arrive while their import is being imported again were admitted under the lost
+// import's settings too: each is checked in again under the settings the new worker was granted.
+TEST(ClientSessionPipeline, KeywordsWaitingForAReimportAreCheckedInAgainUnderItsSettings) {
+  DirectSession s(R"(pickle = "allow")");
+  s.script.settings[2] = granted(R"(pickle = "deny")");
+  const std::string token = s.import(R"({"name":"Fake","args":[1]})");
+  s.run(token, "Crash");
+  s.journal.calls.clear();
+  auto answers = s.call_together({
+      fmt::format(R"({{"jsonrpc":"2.0","id":"k1","method":"robot/run_keyword","params":{{"library_token":"{}","name":"K","args":[1]}}}})",
+                  token),
+      fmt::format(R"({{"jsonrpc":"2.0","id":"k2","method":"robot/run_keyword","params":{{"library_token":"{}","name":"K","args":[{}]}}}})",
+                  token, kIntPickle),
+  });
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_TRUE(keyword_error_of(answers[0]).empty()) << answers[0].text();
+  EXPECT_EQ(keyword_error_text(answers[1], "type"), protocol::keyword_error_type(protocol::kPickleRefused))
+      << answers[1].text();
+  EXPECT_EQ(std::count(s.journal.calls.begin(), s.journal.calls.end(), "acquire"), 1) << "one re-import";
+  EXPECT_EQ(last_run(s.journal), R"(run {"library_token":"w-2","name":"K","args":[1]})");
+  EXPECT_EQ(std::count_if(s.journal.calls.begin(), s.journal.calls.end(),
+                          [](const std::string& call) { return call.starts_with("run "); }),
+            1);
   EXPECT_EQ(s.pickles_refused(supervisor::Direction::in), 1u);
 }
 
