@@ -258,9 +258,11 @@ TEST_F(AdminTest, MetricsPassPromtoolAndCountWhatHappened) {
   EXPECT_GT(sample(m, "process_resident_memory_bytes"), 0) << m;
   // The status page's "last crash": the last worker that ended by itself, the SIGKILL one.
   const auto status = boost::json::parse(http(admin_port_, "GET", "/status").body).as_object();
-  for (const auto& l : status.at("libraries").as_array())
-    if (l.at("name") == "TestLibrary")
+  for (const auto& l : status.at("libraries").as_array()) {
+    if (l.at("name") == "TestLibrary") {  // braces: EXPECT_TRUE is an if/else of its own
       EXPECT_TRUE(contains(l.at("last_crash").at("what").as_string(), "SIGKILL")) << status;
+    }
+  }
 
   // A reload is counted, and stamped.
   gateway().signal(SIGHUP);
