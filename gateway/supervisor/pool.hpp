@@ -207,8 +207,8 @@ class WorkerPools : public LeaseSource {
   asio::awaitable<void> begin_start(bool for_import);
   void end_start();
 
-  // The loop for the next prewarmed dedicated worker (round robin).
-  asio::any_io_executor next_loop();
+  // The loop for the next prewarmed dedicated worker of a library whose prewarmed workers are `ready`.
+  asio::any_io_executor loop_for_prewarm(const std::deque<std::shared_ptr<Worker>>& ready);
 
   asio::any_io_executor executor_;
   std::shared_ptr<const config::Config> config_;  // the latest; each pool keeps its own library's
