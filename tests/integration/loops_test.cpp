@@ -2,13 +2,22 @@
 // session, its dedicated workers and its relay stay on its loop, and what is shared (pools, shared
 // workers, the reaper, the drain) keeps its rules across loops. The pool tests run the pool rules with
 // threads = 1 and 4 (tests/integration/CMakeLists.txt); every other suite runs with the default (one
-// loop per core). Here: the loops exist, a relay never crosses threads (counted in system calls), and
-// sessions on every loop share one worker with each log reaching its own session, in order.
+// loop per core). Here: the loops exist, a relay never crosses threads (counted in system calls),
+// sessions on every loop share one worker with each log reaching its own session, in order, and a
+// prewarmed worker taken by an import is replaced on the loop it was taken from.
 #include "tests/integration/gateway_test.hpp"
 
 #include <fmt/format.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdio>
 #include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
 
 namespace rjg::test {
 namespace {
@@ -32,6 +41,94 @@ class LoopsTest : public GatewayTest {
     }
     std::sort(names.begin(), names.end());
     return names;
+  }
+
+  // What each descriptor of a process points to ("pipe:[123]", "socket:[456]", "anon_inode:[eventpoll]").
+  static std::map<int, std::string> fd_targets(pid_t pid) {
+    std::map<int, std::string> targets;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+      std::error_code link_ec;
+      auto target = std::filesystem::read_symlink(entry.path(), link_ec);
+      if (!link_ec) targets[std::stoi(entry.path().filename().string())] = target.string();
+    }
+    return targets;
+  }
+
+  // The gateway's descriptor that points to `target`; -1 when it has none.
+  int gateway_fd_of(const std::string& target) {
+    for (const auto& [fd, what] : fd_targets(gateway().pid()))
+      if (what == target) return fd;
+    return -1;
+  }
+
+  // The epoll instance (the gateway's descriptor of it) that watches the gateway's descriptor `fd`, or -1.
+  // Each event loop is an io_context with an epoll instance of its own, and a descriptor is registered
+  // with the reactor of the loop it belongs to: the instance names the loop.
+  int loop_watching(int fd) {
+    for (const auto& [epoll_fd, what] : fd_targets(gateway().pid())) {
+      if (what != "anon_inode:[eventpoll]") continue;
+      std::istringstream info(read_file(fmt::format("/proc/{}/fdinfo/{}", gateway().pid(), epoll_fd)));
+      std::string line;
+      int watched = -1;
+      while (std::getline(info, line))
+        if (std::sscanf(line.c_str(), "tfd: %d", &watched) == 1 && watched == fd) return epoll_fd;
+    }
+    return -1;
+  }
+
+  // The loop of a worker: the one watching the gateway's end of the worker's stdout.
+  int loop_of_worker(pid_t worker) {
+    std::error_code ec;
+    const auto stdout_pipe = std::filesystem::read_symlink(fmt::format("/proc/{}/fd/1", worker), ec);
+    if (ec) return -1;
+    return loop_watching(gateway_fd_of(stdout_pipe.string()));
+  }
+
+  // The inode of the gateway's TCP socket on its port whose peer is at `peer_port` (0: the listening
+  // socket), from /proc/net/tcp; 0 when there is none.
+  unsigned long gateway_socket_inode(unsigned peer_port) {
+    // "sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode ..."
+    std::istringstream table(read_file("/proc/net/tcp"));
+    std::string line;
+    std::getline(table, line);  // the header
+    while (std::getline(table, line)) {
+      unsigned local_port = 0, remote_port = 0;
+      unsigned long inode = 0;
+      if (std::sscanf(line.c_str(), " %*d: %*x:%x %*x:%x %*x %*x:%*x %*x:%*x %*x %*u %*u %lu", &local_port,
+                      &remote_port, &inode) == 3 &&
+          local_port == gateway().port() && remote_port == peer_port)
+        return inode;
+    }
+    return 0;
+  }
+
+  // The loop that holds the gateway's socket with that inode.
+  int loop_of_socket(unsigned long inode) {
+    return inode ? loop_watching(gateway_fd_of(fmt::format("socket:[{}]", inode))) : -1;
+  }
+
+  // A connected client and the loop of its session: the one watching the gateway's end of its connection.
+  // The connection's own socket is the one this process did not have before; its port finds the
+  // gateway's end in /proc/net/tcp.
+  std::pair<client::RpcClient, int> connect_on_a_loop() {
+    auto sockets = [] {
+      std::set<int> fds;
+      for (const auto& [fd, what] : fd_targets(::getpid()))
+        if (what.starts_with("socket:")) fds.insert(fd);
+      return fds;
+    };
+    const auto before = sockets();
+    client::RpcClient client = connect();
+    client.initialize();  // answered: the gateway has accepted it (and placed it) before the next connects
+    int ours = -1;
+    for (int fd : sockets())
+      if (!before.contains(fd)) ours = fd;
+    sockaddr_in local{};
+    socklen_t length = sizeof local;
+    if (ours < 0 || ::getsockname(ours, reinterpret_cast<sockaddr*>(&local), &length) != 0)
+      return {std::move(client), -1};
+    return {std::move(client), loop_of_socket(gateway_socket_inode(ntohs(local.sin_port)))};
   }
 };
 
@@ -134,6 +231,49 @@ TEST_F(LoopsTest, SessionsOnEveryLoopShareOneWorkerAndEachGetsItsOwnLogsInOrder)
           << "session " << i << ", log " << n;
   }
   EXPECT_EQ(started_pids("Shared").size(), 1u) << "max_workers = 1 was exceeded";
+}
+
+// Two loops, a library with prewarm = 2: one prewarmed worker on each. Sessions land on the loops in
+// turn; two of four connections are on the loop that does not accept (loop 1). The first of them
+// imports and takes the prewarmed worker of its loop; the replacement must start on that loop too, so
+// that the second's import also gets a worker of its own loop: one on the other loop would cost each of
+// its keywords a hand-over between the two threads. (A round robin shared by every start put the
+// replacement on loop 0, the next in turn.) Which loop a descriptor belongs to is read from the
+// gateway's epoll instances, one per loop.
+TEST_F(LoopsTest, APrewarmedWorkerTakenByAnImportIsReplacedOnTheLoopItWasTakenFrom) {
+  LibrarySpec warm = test_library("Warm");
+  warm.extra_toml = "prewarm = 2\n";
+  start_with_threads(2, {warm});
+  ASSERT_EQ(pids_eventually(R"(library Warm: worker pid (\d+) ready \(prewarm)", 2).size(), 2u)
+      << "the two prewarmed workers never became ready";
+  const int accepting_loop = loop_of_socket(gateway_socket_inode(0));
+  ASSERT_GE(accepting_loop, 0) << "the loop of the listening socket was not found";
+
+  std::vector<std::pair<client::RpcClient, int>> connections;
+  std::vector<std::size_t> on_loop_1;
+  for (std::size_t i = 0; i < 4; ++i) {
+    connections.push_back(connect_on_a_loop());
+    ASSERT_GE(connections.back().second, 0) << "the loop of session " << i + 1 << " was not found";
+    if (connections.back().second != accepting_loop) on_loop_1.push_back(i);
+  }
+  ASSERT_EQ(on_loop_1.size(), 2u) << "sessions are not spread over the two loops in turn";
+  auto& [first, first_loop] = connections[on_loop_1[0]];
+  auto& [second, second_loop] = connections[on_loop_1[1]];
+
+  const std::string first_token = token_of(first.import_library("Warm"));
+  const pid_t first_worker = remember_pid(worker_pid(first, first_token));
+  EXPECT_EQ(loop_of_worker(first_worker), first_loop) << "the first import got the prewarmed worker of loop 0";
+
+  // The refill: a third prewarmed worker, ready before the second imports.
+  ASSERT_EQ(pids_eventually(R"(library Warm: worker pid (\d+) ready \(prewarm)", 3).size(), 3u)
+      << "the pool did not replace the prewarmed worker it handed out";
+  const std::string second_token = token_of(second.import_library("Warm"));
+  const pid_t second_worker = remember_pid(worker_pid(second, second_token));
+  EXPECT_TRUE(contains(gateway().log(), fmt::format("library Warm: import served by prewarmed worker pid {}", second_worker)))
+      << gateway().log();
+  EXPECT_EQ(loop_of_worker(second_worker), second_loop)
+      << "the second import on loop 1 got a prewarmed worker of loop 0: the replacement went there";
+  RJG_ASSERT_KEYWORD_OK(second.run_keyword(second_token, "Echo", json::array{"here"}));
 }
 
 }  // namespace
