@@ -150,7 +150,10 @@ std::string_view what_value(When when) {
 std::optional<std::string> refused_option(const Where& where, std::string_view module, const json::object& options,
                                           const std::vector<std::string>& allowed_options) {
   const auto name = builtin_name(module);
-  for (const auto& [key, value] : options) {
+  for (const auto& entry : options) {
+    // Named variables, not a structured binding: clang 14 cannot capture a binding in a lambda.
+    const std::string_view key = entry.key();
+    const auto& value = entry.value();
     // Null is an option left out, to Ansible as here.
     if (value.is_null()) continue;
     const auto flag = fmt::format("{}.{}", name, std::string_view(key));
