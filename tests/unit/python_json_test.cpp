@@ -5,6 +5,8 @@
 #include "common/pickle/python_json.hpp"
 #include "common/xmlrpc/classic_values.hpp"
 
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <gtest/gtest.h>
 
 #include <cmath>
