@@ -5,7 +5,7 @@ with pipes for the worker's stdin, stdout and stderr, and talks the reference se
 workers. The gateway does not use the template yet (doc/workers.md); these tests are what holds it to
 its wire format (robot_jsonrpc_fork_control.py) meanwhile.
 
-    . ../shared/peers/env.sh && python3 -m unittest discover -s tests/fork_server -v
+    python3 -m unittest discover -s tests/fork_server -v     # deploy/conformance.sh runs it
 
 Needs Linux and an interpreter that can import robot and robot_jsonrpcremote_server; without them the
 tests are skipped (with RJG_REQUIRE_CONFORMANCE=1 they fail instead, as the conformance stage does).
@@ -41,7 +41,7 @@ def setUpModule():
         missing = [name for name in ("robot", "robot_jsonrpcremote_server") if importlib.util.find_spec(name) is None]
         if missing:
             problem = (f"{sys.executable} cannot import {', '.join(missing)}: pip install robotframework "
-                       "robotframework-jsonrpcremote-server, or source ../shared/peers/env.sh")
+                       "robotframework-jsonrpcremote-server")
     if problem:
         if os.environ.get("RJG_REQUIRE_CONFORMANCE") == "1":
             raise RuntimeError(f"fork server tests: {problem} (and RJG_REQUIRE_CONFORMANCE=1)")
