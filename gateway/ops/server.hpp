@@ -18,12 +18,6 @@
 #include <string>
 #include <vector>
 
-namespace rjg::gateway::fronts {
-namespace asio = boost::asio;
-class ClassicFront;
-class HttpServer;
-}  // namespace rjg::gateway::fronts
-
 namespace rjg::gateway::ops {
 
 class AdminPages;
