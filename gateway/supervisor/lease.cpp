@@ -106,7 +106,13 @@ class PoolLease final : public Lease {
     // death() is written before alive turns false (release/acquire), so it is complete here.
     if (!worker->alive()) return worker->death();
     // Exited counts at once: the worker stays "alive" while it reads the dead process's last output.
-    if (worker->state() == Worker::State::exited) return fmt::format("its worker ({}) exited", where_);
+    // Stopped by the gateway (another session's keyword overran keyword_timeout on a shared worker, a
+    // reload retired it), the reason is known already and is what the user needs.
+    if (worker->state() == Worker::State::exited) {
+      if (const auto why = worker->stopped_because(); !why.empty())
+        return fmt::format("its worker ({}) was stopped ({})", where_, why);
+      return fmt::format("its worker ({}) exited", where_);
+    }
     return {};
   }
   std::string server_name() const override { return grant_.worker ? grant_.worker->server_name() : std::string(); }

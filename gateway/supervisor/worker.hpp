@@ -118,6 +118,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
   const std::string& death() const { return death_; }
   // After wait_gone(), on its loop: why the gateway stopped it ("" if it did not), and how it ended.
   const std::string& stop_reason() const { return stop_reason_; }
+  // The same from any loop, at once: "" until stop() was called. (A worker the gateway stopped has
+  // exited before its death is established: a call in that window says why it was stopped.)
+  std::string_view stopped_because() const {
+    return stop_published_.load(std::memory_order_acquire) ? std::string_view(stop_reason_) : std::string_view();
+  }
   std::optional<ExitStatus> exit_status() const { return exit_status_; }
   // robot/run_keyword calls sent to it so far (any loop).
   std::uint64_t keywords_run() const { return keywords_run_.load(std::memory_order_relaxed); }
@@ -193,7 +198,8 @@ class Worker : public std::enable_shared_from_this<Worker> {
   bool busy_ = false;
   std::deque<std::shared_ptr<runtime::AsyncEvent>> waiting_;
   bool stopping_ = false;
-  std::string stop_reason_;
+  std::string stop_reason_;  // written once, before stop_published_
+  std::atomic<bool> stop_published_ = false;
   bool died_busy_ = false;
   bool stdout_closed_ = false;
   std::optional<ExitStatus> exit_status_;

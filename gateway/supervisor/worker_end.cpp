@@ -237,6 +237,7 @@ asio::awaitable<void> Worker::stop(std::string reason, bool polite) {
   }
   stopping_ = true;
   stop_reason_ = reason;
+  stop_published_.store(true, std::memory_order_release);
   if (state_ != State::exited) set_state(State::stopping, reason);
   const auto grace = library_.shutdown_grace;
   if (is_upstream()) {
