@@ -18,8 +18,6 @@ namespace {
 
 namespace json = boost::json;
 
-constexpr std::string_view kPickledKey = "__pickled__";
-
 bool is_identifier(std::string_view key) {
   if (key.empty() || (key[0] >= '0' && key[0] <= '9')) return false;
   return std::all_of(key.begin(), key.end(), [](char c) {

@@ -16,6 +16,9 @@
 
 namespace rjg::pickle {
 
+// The one key of the JSON form of a pickled value: {"__pickled__": "<hex>"}.
+inline constexpr std::string_view kPickledKey = "__pickled__";
+
 // Mirrors config::PicklePolicy (common/ does not depend on config/).
 enum class PickleMode {
   allow,      // every value passes unchecked

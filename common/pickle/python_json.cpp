@@ -22,7 +22,6 @@ namespace rjg::pickle {
 namespace json = boost::json;
 
 namespace {
-constexpr std::string_view kPickledKey = "__pickled__";
 
 bool scalar(const PyValue& value) {
   return std::visit(Overloaded{

@@ -18,10 +18,6 @@ bool import_lost(int code) {
          code == protocol::kShuttingDown;
 }
 
-std::string seconds_text(std::chrono::milliseconds d) {
-  return d.count() % 1000 ? fmt::format("{}ms", d.count()) : fmt::format("{}s", d.count() / 1000);
-}
-
 Ticket Imports::take(const std::string& client) { return Ticket(shared_from_this(), ClientCharge(clients_, client)); }
 
 namespace {

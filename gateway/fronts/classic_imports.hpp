@@ -10,6 +10,7 @@
 #include "gateway/fronts/client_counts.hpp"
 #include "gateway/session/connection.hpp"
 #include "gateway/session/context.hpp"
+#include "gateway/supervisor/durations.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -53,8 +54,7 @@ bool import_lost(int code);
 // workers' grace periods; ClientSession::end gives up after 120 s).
 constexpr auto kRoomComing = std::chrono::seconds(130);
 
-// "90s", or "1500ms" when not whole seconds.
-std::string seconds_text(std::chrono::milliseconds d);
+using supervisor::seconds_text;  // "90s", or "1500ms" when not whole seconds
 
 // The imports held for classic clients, all libraries together: how many, and the calls waiting for room
 // under [classic] max_imports. An import counts until its session has ended (its worker stopped, or its

@@ -299,7 +299,7 @@ ProxyParse parse_v2(std::string_view bytes) {
   return done(std::move(header));
 }
 
-std::string seconds_text(std::chrono::milliseconds duration) {
+std::string decimal_seconds(std::chrono::milliseconds duration) {  // "0.2s"
   return fmt::format("{:g}s", static_cast<double>(duration.count()) / 1000.0);
 }
 
@@ -382,7 +382,7 @@ asio::awaitable<ProxyParse> read_proxy_header(tcp::socket& socket, std::chrono::
     // The timer's wait ends with an error only when the caller's cancellation reached it first.
     if (auto [ec] = std::get<1>(winner); ec)
       co_return invalid(fmt::format("waiting for the PROXY header was cancelled: {}", ec.message()));
-    co_return invalid(fmt::format("timed out after {} waiting for the PROXY header", seconds_text(timeout)));
+    co_return invalid(fmt::format("timed out after {} waiting for the PROXY header", decimal_seconds(timeout)));
   } catch (const std::exception& e) {
     // A cancellation that came before the first wait, or memory: still a result, as promised.
     co_return invalid(fmt::format("reading the PROXY header failed: {}", e.what()));

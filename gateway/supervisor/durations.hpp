@@ -1,5 +1,5 @@
-// How the supervisor's messages write a duration, for the files of this folder that share a message's
-// wording: pool.cpp and pool_upkeep.cpp (duration_text), worker.cpp and worker_end.cpp (seconds_text).
+// How the gateway's messages write a duration: a configured one as "90s" or "1500ms" (seconds_text: the
+// supervisor, the reaper, the classic front's imports), a measured one as "850ms" or "2.5s" (duration_text).
 #pragma once
 
 #include "config/config.hpp"

@@ -1,6 +1,7 @@
 #include "gateway/supervisor/reaper.hpp"
 
 #include "common/log.hpp"
+#include "gateway/supervisor/durations.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -21,11 +22,6 @@
 
 namespace rjg::gateway::supervisor {
 namespace {
-
-std::string seconds_text(std::chrono::milliseconds d) {
-  if (d.count() % 1000 == 0) return fmt::format("{}s", d.count() / 1000);
-  return fmt::format("{}ms", d.count());
-}
 
 // A small file under /proc, read with plain system calls: a process may end while it is read, and then
 // read() fails with ESRCH (std::ifstream turns that into an exception from deep inside the stream).

@@ -101,7 +101,7 @@ std::size_t parse_frames(std::string_view bytes, std::vector<json::value>& out, 
   return ::testing::AssertionSuccess();
 }
 
-std::string frame(const json::value& message) {
+std::string frame_json(const json::value& message) {
   const std::string body = json::serialize(message);
   return fmt::format("Content-Length: {}\r\n\r\n{}", body.size(), body);
 }
@@ -133,7 +133,7 @@ class FramedPeer {
       bytes.remove_prefix(static_cast<std::size_t>(n));
     }
   }
-  void send(const json::value& message) { send_raw(frame(message)); }
+  void send(const json::value& message) { send_raw(frame_json(message)); }
   void notify(std::string_view method, json::object params = {}) {
     send(json::object{{"jsonrpc", "2.0"}, {"method", method}, {"params", std::move(params)}});
   }

@@ -40,9 +40,6 @@ bool icontains(std::string haystack, std::string needle) {
   return contains(haystack, needle);
 }
 
-// Content-Length framing of a raw body, without the CRLF the real peers append.
-std::string frame(std::string_view body) { return fmt::format("Content-Length: {}\r\n\r\n{}", body.size(), body); }
-
 std::string run_keyword_body(std::string_view id_json, std::string_view token, std::string_view keyword,
                              std::string_view args_json) {
   return fmt::format(R"({{"jsonrpc":"2.0","id":{},"method":"robot/run_keyword","params":{{"library_token":"{}","name":"{}","args":{},"kwargs":{{}}}}}})",

@@ -348,6 +348,13 @@ LibrarySpec test_library(const std::string& name, std::vector<std::string> extra
   return spec;
 }
 
+LibrarySpec command_library(std::string name, std::vector<std::string> command) {
+  LibrarySpec spec;
+  spec.name = std::move(name);
+  spec.command = std::move(command);
+  return spec;
+}
+
 std::string make_config(std::uint16_t port, const std::vector<LibrarySpec>& libraries, const GatewayOptions& options) {
   std::string out;
   out += "[gateway]\n";
@@ -489,6 +496,8 @@ std::optional<KeywordFailure> keyword_failure_of(const protocol::Message& answer
   };
   return KeywordFailure{text_of("type"), text_of("message")};
 }
+
+std::string frame(std::string_view body) { return fmt::format("Content-Length: {}\r\n\r\n{}", body.size(), body); }
 
 std::string describe(const client::RpcReply& reply) {
   json::object o;

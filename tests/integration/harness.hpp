@@ -174,6 +174,8 @@ struct LibrarySpec {
 // A library served by the test worker: command = [robot-test-worker, --name, NAME, extra...], with
 // env RJG_TEST_LIBRARY=NAME so a test can tell which library it got.
 LibrarySpec test_library(const std::string& name, std::vector<std::string> extra_args = {});
+// A library with just a name and a command.
+LibrarySpec command_library(std::string name, std::vector<std::string> command);
 
 struct GatewayOptions {
   std::string log_level = "debug";
@@ -261,6 +263,8 @@ std::string open_library(client::RpcClient& client, const std::string& library, 
 // Runs "Get Pid" and returns the worker's pid.
 pid_t worker_pid(client::RpcClient& client, const std::string& token);
 std::string describe(const client::RpcReply& reply);
+// Content-Length framing of a raw body (any bytes, valid JSON or not), without the CRLF the real peers append.
+std::string frame(std::string_view body);
 
 // The test worker started directly (not through the gateway) with --tcp 127.0.0.1:0.
 class DirectWorker {

@@ -9,14 +9,6 @@
 namespace rjg::test {
 namespace {
 
-// A library with just a name and a command.
-LibrarySpec command_library(std::string name, std::vector<std::string> command) {
-  LibrarySpec spec;
-  spec.name = std::move(name);
-  spec.command = std::move(command);
-  return spec;
-}
-
 using LifecycleTest = GatewayTest;
 
 TEST_F(LifecycleTest, SigtermDrainsTheKeywordInFlightAndExitsCleanly) {

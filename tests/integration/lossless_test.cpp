@@ -18,8 +18,6 @@
 namespace rjg::test {
 namespace {
 
-std::string frame(std::string_view body) { return fmt::format("Content-Length: {}\r\n\r\n{}", body.size(), body); }
-
 // A benign pickle (a list holding 1) and one that calls posix.system('id').
 constexpr const char* kBenignHex = "80045d944b01612e";
 constexpr const char* kEvilHex = "80048c05706f7369788c0673797374656d938c0269648552942e";

@@ -12,7 +12,7 @@ namespace {
 
 class RelayCostTest : public GatewayTest {};
 
-std::string describe(const SyscallCounts& counts, int keywords) {
+std::string syscall_table(const SyscallCounts& counts, int keywords) {
   std::string out;
   for (const auto& [name, entry] : counts.by_name)
     out += fmt::format("  {:<16} {:>8} calls ({:.2f} per keyword), {} failed\n", name, entry.calls,
@@ -38,7 +38,7 @@ TEST_F(RelayCostTest, AKeywordCostsTheGatewayAtMostSevenSystemCalls) {
   });
   ASSERT_EQ(failures, 0);
   const double per_keyword = static_cast<double>(counts.total) / kKeywords;
-  const std::string table = describe(counts, kKeywords);
+  const std::string table = syscall_table(counts, kKeywords);
   EXPECT_LE(per_keyword, 7.0) << "system calls per relayed keyword: " << per_keyword << "\n" << table;
 
   // One read per message per hop, and no read that finds nothing (an EAGAIN read is a failed read):
