@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Builds the gateway, the workers and the CLI with ThreadSanitizer into build-tsan/ (or $BUILD_DIR) and
-# runs the integration suite of the normal build (build/, or $TESTS_BUILD_DIR: built with
-# deploy/build.sh -DRJG_BUILD_TESTS=ON, or by deploy/test.sh) against them (RJG_BIN_DIR): every gateway
-# and worker the tests start is instrumented. Fails if a test fails or if any process wrote a TSan
+# Builds the gateway and the test worker with ThreadSanitizer into build-tsan/ (or $BUILD_DIR) and runs
+# the integration suite of the normal build (build/, or $TESTS_BUILD_DIR: built with deploy/build.sh
+# -DRJG_BUILD_TESTS=ON, or by deploy/test.sh) against them (RJG_BIN_DIR=BUILD/bin-mix). Those are the
+# programs whose threads the suite drives: the gateway's event loops, offload and reaper threads, and
+# the worker SDK's I/O and keyword threads (the test worker is built on it). The other programs come from
+# the normal build: the adapters' only other thread relays stderr or waits for a signal, and each
+# program built here costs this stage build time. Fails if a test fails or if any process wrote a TSan
 # report. deploy/test.sh runs it after the ASan stage.
 #
 #   deploy/tsan.sh                      the CI subset (below)
@@ -27,13 +30,18 @@ log=$build/ctest.log
 churn_sessions=${RJG_CHURN_SESSIONS:-200}
 soak_seconds=${RJG_SOAK_SECONDS:-20}
 
+instrumented=(robot-jsonrpc-gateway robot-test-worker)
+# Integration tests at once: four on two cores. They spend much of their time waiting for processes and
+# sockets; with two, the stage took a third longer.
+jobs=${TSAN_JOBS:-4}
+
 step=${TSAN_STEP:-all}
 if [[ $step != run ]]; then
   "$top/deploy/install-deps.sh"
-  echo "tsan: building the gateway and the workers with ThreadSanitizer into $build" >&2
+  echo "tsan: building the gateway with ThreadSanitizer into $build" >&2
   # -O1: instrumented code at -O0 is much slower still (TSan's own advice is -O1 or more). -g1: line
-  # tables, all a report needs. No tests: the normal build's run against these binaries.
-  BUILD_DIR=$build "$top/deploy/build.sh" -DRJG_BUILD_TESTS=OFF -DRJG_TSAN=ON \
+  # tables, all a report needs. No tests: the normal build's run against this gateway.
+  BUILD_DIR=$build TARGETS="${instrumented[*]}" "$top/deploy/build.sh" -DRJG_BUILD_TESTS=OFF -DRJG_TSAN=ON \
     -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1"
   [[ $step == build ]] && exit 0
 fi
@@ -78,6 +86,7 @@ if [[ ! -x $tests_build/bin/rjg-integration-tests ]]; then
     "(BUILD_DIR=$tests_build deploy/build.sh -DRJG_BUILD_TESTS=ON), or set TESTS_BUILD_DIR" >&2
   exit 1
 fi
+"$top/deploy/bin-mix.sh" "$build/bin-mix" "$tests_build/bin" "$build/bin" "${instrumented[@]}"
 if (($#)); then
   ctest_args=(-L integration "$@")
   echo "tsan: running the integration tests selected by: $*" >&2
@@ -89,8 +98,8 @@ else
     "${soak_seconds}s (40); see deploy/tsan.sh" >&2
 fi
 status=0
-(cd "$tests_build" && RJG_BIN_DIR="$build/bin" RJG_SANITIZER=thread RJG_CHURN_SESSIONS=$churn_sessions \
-  RJG_SOAK_SECONDS=$soak_seconds "${run[@]}" ctest --output-on-failure --timeout 600 -j2 "${ctest_args[@]}" \
+(cd "$tests_build" && RJG_BIN_DIR="$build/bin-mix" RJG_SANITIZER=thread RJG_CHURN_SESSIONS=$churn_sessions \
+  RJG_SOAK_SECONDS=$soak_seconds "${run[@]}" ctest --output-on-failure --timeout 600 -j"$jobs" "${ctest_args[@]}" \
   >"$log" 2>&1) || status=$?
 
 found=()
