@@ -415,7 +415,9 @@ TEST_P(MemoryTest, PipelinedLargeRequestsBeyondMaxPendingBytesAreRefused) {
 // A client that stops reading while its keyword floods logs holds a shared worker (whose logs wait for
 // that client) only until write_timeout cuts it off: then the other session's import, queued behind
 // the flood on the same worker, goes through. The flooded client's receive buffer is fixed small, so
-// 24 MB of logs are well beyond what the kernel and the gateway's write queue (4 MiB) can hold.
+// 12 MB of logs are well beyond what the kernel (the client's 16 KiB, the gateway's send buffer: at most
+// tcp_wmem's 4 MiB by default) and the gateway's write queue (4 MiB) can hold. (24 MB took ThreadSanitizer's
+// gateway and worker more than the 60 s a call may wait.)
 TEST(WriteTimeoutTest, NonReadingClientReleasesASharedWorker) {
   ::signal(SIGPIPE, SIG_IGN);
   auto library = test_library("TestLibrary");
@@ -434,10 +436,10 @@ TEST(WriteTimeoutTest, NonReadingClientReleasesASharedWorker) {
             RawClient::Sent::all);
   const auto token = flooded.read_between(R"("token":")", '"', Clock::now() + kBound);
   ASSERT_TRUE(token) << "no import answer\n" << gateway.log_tail();
-  // About 24 MB of logs that this client never reads.
+  // About 12 MB of logs that this client never reads.
   ASSERT_EQ(flooded.send(request_frame("2", protocol::kRunKeyword,
                                        fmt::format(R"({{"library_token":"{}","name":"Log Messages",)"
-                                                   R"("args":[24000,1000],"kwargs":{{}}}})",
+                                                   R"("args":[12000,1000],"kwargs":{{}}}})",
                                                    *token)),
                          Clock::now() + kBound),
             RawClient::Sent::all);
