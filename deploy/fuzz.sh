@@ -50,8 +50,10 @@ fi
 export ASAN_OPTIONS=${FUZZ_ASAN_OPTIONS:-detect_leaks=1:check_initialization_order=1:strict_string_checks=1}
 export UBSAN_OPTIONS=${FUZZ_UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
-failed=()
-for t in "${targets[@]}"; do
+# One target per core at a time (each libFuzzer process runs one thread): the stage takes half as long on
+# two cores. A target's report goes out as one block once it ends, so that two never interleave.
+fuzz_one() {  # TARGET: runs it; its report on stderr; fails if it found something
+  local t=$1 max_len artifacts log runs size reproducer
   # Longest input: a few frames of the recorded sessions; a configuration file; a pickle.
   case $t in
     fuzz_frame_reader | fuzz_message) max_len=65536 ;;
@@ -61,21 +63,37 @@ for t in "${targets[@]}"; do
   artifacts=$build/fuzz/artifacts/$t
   log=$build/fuzz/$t.log
   mkdir -p "$artifacts" "$corpus/$t"
-  echo "fuzz: $t for ${seconds}s (corpus $corpus/$t, log $log)" >&2
   if "$build/bin/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len="$max_len" \
     -print_final_stats=1 -artifact_prefix="$artifacts/" "$corpus/$t" >"$log" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
     size=$(find "$corpus/$t" -type f | wc -l)
-    echo "fuzz: $t passed: ${runs:-?} inputs, corpus $size files" >&2
-  else
-    failed+=("$t")
-    # The sanitizer or invariant report, then where the input is.
-    grep -v -E '^#[0-9]+|^INFO:|^	NEW_FUNC' "$log" | tail -n 60 >&2
-    reproducer=$(sed -n "s/.*Test unit written to //p" "$log" | tail -n 1)
-    echo "fuzz: $t FAILED; reproducer: ${reproducer:-none written (see $log)}" >&2
-    [[ -n $reproducer ]] && echo "fuzz: reproduce with: $build/bin/$t $reproducer" >&2
+    echo "fuzz: $t passed in ${seconds}s: ${runs:-?} inputs, corpus $size files (log $log)" >&2
+    return 0
   fi
+  {
+    # The sanitizer or invariant report, then where the input is.
+    grep -v -E '^#[0-9]+|^INFO:|^	NEW_FUNC' "$log" | tail -n 60
+    reproducer=$(sed -n "s/.*Test unit written to //p" "$log" | tail -n 1)
+    echo "fuzz: $t FAILED; reproducer: ${reproducer:-none written (see $log)}"
+    [[ -n $reproducer ]] && echo "fuzz: reproduce with: $build/bin/$t $reproducer"
+  } >&2
+  return 1
+}
+
+failed=()
+running=()  # "pid target"
+wait_one() {  # waits for the oldest running target
+  local pid=${running[0]%% *} t=${running[0]#* }
+  running=("${running[@]:1}")
+  wait "$pid" || failed+=("$t")
+}
+echo "fuzz: ${#targets[@]} targets, ${seconds}s each, $(nproc) at a time (corpora in $corpus)" >&2
+for t in "${targets[@]}"; do
+  ((${#running[@]} >= $(nproc))) && wait_one
+  fuzz_one "$t" &
+  running+=("$! $t")
 done
+while ((${#running[@]})); do wait_one; done
 
 if ((${#failed[@]})); then
   echo "fuzz: FAILED: ${failed[*]}" >&2

@@ -102,7 +102,7 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
   # and line tables are all a report needs.
   echo "sanitizers: building the suite and the fuzzers with ASan and UBSan into $asan_build (in the background)" >&2
   start_build sanitizers "$asan_build/build.log" env BUILD_DIR="$asan_build" "$top/deploy/build.sh" -DCMAKE_CXX_COMPILER=clang++ \
-    -DRJG_BUILD_TESTS=ON -DRJG_INTEGRATION_TESTS=OFF -DRJG_BUILD_BENCH=OFF -DRJG_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug \
+    -DRJG_BUILD_TESTS=ON -DRJG_INTEGRATION_TESTS=OFF -DRJG_BUILD_BENCH=OFF -DRJG_FUZZ=ON -DRJG_TEST_OPTIMIZATION=-O0 -DCMAKE_BUILD_TYPE=Debug \
     "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1 -D_GLIBCXX_ASSERTIONS"
 fi
 stage "tests (first build)"
