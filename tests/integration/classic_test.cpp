@@ -304,7 +304,9 @@ TEST_F(ClassicTest, AHungKeywordIsEndedByItsTimeoutWhileAnotherLibraryServes) {
 // (instances), which serve a call and how many calls wait; libraries nobody called are not there.
 TEST_F(ClassicTest, TheStatusPageShowsTheImportsClassicClientsHold) {
   auto libraries = default_libraries();
-  libraries[0].extra_toml = "keyword_timeout = \"3s\"\n";
+  // The page is read while the hang runs: the second call must arrive and be seen waiting before the
+  // timeout ends the first. 3 s was too short once, under ASan with four tests and a build at once.
+  libraries[0].extra_toml = "keyword_timeout = \"15s\"\n";
   const auto admin_port = free_port();
   start_classic(libraries, fmt::format("\n[admin]\nlisten = [\"tcp://127.0.0.1:{}\"]\n", admin_port));
   ASSERT_TRUE(eventually([&] { return can_connect(admin_port); }, 10s)) << gateway().log_tail();
