@@ -79,7 +79,8 @@ print_stage_times() {
   echo "test: time per stage (total $((SECONDS)) s):" >&2
   printf '  %s\n' "${stage_times[@]}" >&2
 }
-trap '[[ -n $background ]] && kill -- "-$background" 2>/dev/null; print_stage_times; true' EXIT
+# (Under set -e a failed kill, of a build that had ended, would end the trap before the times: hence || true.)
+trap 'if [[ -n $background ]]; then kill -- "-$background" 2>/dev/null || true; fi; print_stage_times' EXIT
 
 # Line tables (-g1) rather than full debug info: a backtrace still names file and line, and the build,
 # most of it test code, takes about a quarter less time. (deploy/build.sh alone builds with -g.)
