@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything, and runs every test: against the normal build what only
 # it can show (below); the unit tests and the integration suite with AddressSanitizer and
-# UndefinedBehaviorSanitizer (build-asan/, clang), the integration suite again with ThreadSanitizer
-# (deploy/tsan.sh, build-tsan/), each fuzz target briefly
+# UndefinedBehaviorSanitizer (build-asan/, clang), the integration tests where threads meet again with
+# ThreadSanitizer (deploy/tsan.sh, build-tsan/), each fuzz target briefly
 # (deploy/fuzz.sh, on the ASan build's fuzzers), and last the Robot Framework suites of
 # tests/conformance with the real Python peers (deploy/conformance.sh, BUILD/conformance/). Fails if any
 # stage fails; prints each stage's time at the end.
 #
-# Three builds of the tree, and each test program is compiled once. The integration tests are built in
-# the first build and run against the gateway and workers of the ASan and the TSan build (RJG_BIN_DIR:
-# the processes they start are what the sanitizers must see; with SANITIZE=0, against the first build's
+# Two builds of the tree (the TSan build holds only the gateway and the test worker), and each test
+# program is compiled once. The integration tests are built in the first build and run against the
+# gateway and workers of the ASan and the TSan build (RJG_BIN_DIR, a mix made by deploy/bin-mix.sh: the
+# processes they start are what the sanitizers must see; with SANITIZE=0, against the first build's
 # own, every test); the unit tests, which
 # test code in-process, and the fuzz targets are built and run in the ASan build, one clang build with
 # ASan, UBSan and libFuzzer's coverage (the unit tests run in the first build with SANITIZE=0).
