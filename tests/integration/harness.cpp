@@ -70,6 +70,8 @@ std::string_view sanitizer_under_test() {
 #endif
 }
 
+std::int64_t volume_under_test(std::int64_t full) { return sanitizer_under_test().empty() ? full : full / 4; }
+
 // ---------------------------------------------------------------------------------------------
 
 TempDir::TempDir(std::string_view prefix) {

@@ -37,6 +37,11 @@ const std::string& cli_binary();
 // else this program's own, else "" (none). Tests that cannot hold under one (RLIMIT_AS with shadow
 // memory, an RSS bound) say so and skip that part.
 std::string_view sanitizer_under_test();
+// How much of a volume-driven load to run (a log flood, large bodies): all of it against the optimized
+// programs, a quarter against sanitized ones. A quarter still takes the same paths (a 25 MB flood
+// overflows the 4 MiB write queue and both socket buffers several times); under a sanitizer the rest
+// only made the run long (ThreadSanitizer's gateway took three minutes to relay the soak's 100 MB).
+std::int64_t volume_under_test(std::int64_t full);
 
 // A fresh directory under $TMPDIR (or /tmp), removed on destruction unless keep() was called.
 class TempDir {

@@ -520,7 +520,8 @@ TEST(ClassicOffloadTest, LargeBodiesAreReadOffTheLoopWhileAJsonRpcSessionGoesOn)
   constexpr std::string_view kOffLoop = "was read off the event loop";
 
   const std::string body = amplification_body(8'000'000);
-  std::vector<std::string> answers(3);
+  // Three bodies one after another (one under a sanitizer, where each takes seconds to parse).
+  std::vector<std::string> answers(sanitizer_under_test().empty() ? 3 : 1);
   std::atomic<bool> sent = false;
   std::thread sender([&] {
     for (auto& answer : answers) answer = classic_post(port, body);
@@ -540,7 +541,7 @@ TEST(ClassicOffloadTest, LargeBodiesAreReadOffTheLoopWhileAJsonRpcSessionGoesOn)
         << answer.substr(0, 1000);
     EXPECT_NE(answer.find("[classic] max_body_bytes = 8388608"), std::string::npos) << answer.substr(0, 1000);
   }
-  EXPECT_EQ(count_of(gateway.log(), kOffLoop), 3u) << gateway.log_tail();
+  EXPECT_EQ(count_of(gateway.log(), kOffLoop), answers.size()) << gateway.log_tail();
 
   // The first body: 2,000,000 stray elements in 8 MB, refused where the first one stands.
   std::string stray = "<methodCall><methodName>run_keyword</methodName><params><param>";
@@ -549,7 +550,7 @@ TEST(ClassicOffloadTest, LargeBodiesAreReadOffTheLoopWhileAJsonRpcSessionGoesOn)
   const std::string refused = classic_post(port, stray);
   EXPECT_NE(refused.find("line 1: &lt;param&gt; must hold exactly one &lt;value&gt;"), std::string::npos)
       << refused.substr(0, 1000);
-  EXPECT_EQ(count_of(gateway.log(), kOffLoop), 4u) << gateway.log_tail();
+  EXPECT_EQ(count_of(gateway.log(), kOffLoop), answers.size() + 1) << gateway.log_tail();
 
   // A small request is read on the loop, and answered as ever.
   const std::string small = classic_post(
@@ -557,7 +558,7 @@ TEST(ClassicOffloadTest, LargeBodiesAreReadOffTheLoopWhileAJsonRpcSessionGoesOn)
             "</string></value></param><param><value><array><data><value><string>small</string></value></data>"
             "</array></value></param></params></methodCall>");
   EXPECT_NE(small.find("<value><string>small</string></value>"), std::string::npos) << small.substr(0, 1000);
-  EXPECT_EQ(count_of(gateway.log(), kOffLoop), 4u) << gateway.log_tail();
+  EXPECT_EQ(count_of(gateway.log(), kOffLoop), answers.size() + 1) << gateway.log_tail();
   // A large result is turned into XML-RPC off the loop too.
   const std::string large = classic_post(
       port, "<?xml version='1.0'?><methodCall><methodName>run_keyword</methodName><params><param><value><string>Big "
