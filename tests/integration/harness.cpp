@@ -649,6 +649,14 @@ SyscallCounts count_syscalls(pid_t pid, const std::function<void()>& work) {
   return parse_strace_summary(text);
 }
 
+std::uint64_t relay_calls(const SyscallCounts& counts) {
+  std::uint64_t calls = counts.total;
+  if (sanitizer_under_test().empty()) return calls;
+  for (const char* name : {"mmap", "munmap", "madvise", "mprotect"})
+    if (auto it = counts.by_name.find(name); it != counts.by_name.end()) calls -= it->second.calls;
+  return calls;
+}
+
 SyscallCounts parse_strace_summary(const std::string& text) {
   // % time     seconds  usecs/call     calls    errors syscall
   // ------ ----------- ----------- --------- --------- ----------------

@@ -163,6 +163,10 @@ class StraceUnusable : public std::runtime_error {
 SyscallCounts count_syscalls(pid_t pid, const std::function<void()>& work);
 // The rows of strace -c's summary table, and its total.
 SyscallCounts parse_strace_summary(const std::string& text);
+// The calls that are the relay's: all of them against optimized programs; against sanitized ones,
+// all but the memory mapping the sanitizer's allocator does on its own schedule (mmap, munmap,
+// madvise, mprotect: half a call per keyword with ASan at -O0, whose fake stacks come and go).
+std::uint64_t relay_calls(const SyscallCounts& counts);
 
 // One [[library]] entry of the gateway configuration.
 struct LibrarySpec {
