@@ -8,6 +8,7 @@
 // (deploy/bench.sh draws them). Absolute numbers vary between runs and machines; ratios are printed
 // next to them. It never fails on numbers: the exit code is 0 unless a phase could not run at all.
 #include "common/client/client.hpp"
+#include "tests/bench/figures.hpp"
 #include "tests/bench/loadgen.hpp"
 #include "tests/bench/parser_flood.hpp"
 #include "tests/bench/probes.hpp"
@@ -116,31 +117,12 @@ Options (defaults in brackets):
 // ---------------------------------------------------------------------------------------------
 // Small helpers
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  auto idx = static_cast<std::size_t>(std::min<double>(v.size() - 1, std::max(0.0, p / 100.0 * (v.size() - 1) + 0.5)));
-  return v[idx];
-}
-
-double mean(const std::vector<double>& v) {
-  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-}
-
-std::string ratio_text(double a, double b) { return b > 0 ? fmt::format("x{:.2f}", a / b) : std::string("-"); }
-
 std::vector<std::string> split(const std::string& text, char sep) {
   std::vector<std::string> out;
   std::istringstream in(text);
   for (std::string item; std::getline(in, item, sep);)
     if (!item.empty()) out.push_back(item);
   return out;
-}
-
-// The last non-empty line of a text (of a gateway's start-up error: its own last log line).
-std::string last_line(const std::string& text) {
-  auto lines = split(text, '\n');
-  return lines.empty() ? std::string() : lines.back();
 }
 
 void section(const std::string& title) { std::cout << "\n== " << title << "\n" << std::flush; }
@@ -576,12 +558,6 @@ void rss_phase(const Options& o, DataFile& data) {
     data.row("\"{}\" {:.1f}", with_import ? "imported (shared)" : "initialized", per);
     gateway->stop();
   }
-}
-
-std::size_t count_of(const std::string& text, const std::string& needle) {
-  std::size_t n = 0;
-  for (auto pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + needle.size())) ++n;
-  return n;
 }
 
 void setup_phase(const Options& o, DataFile& data) {

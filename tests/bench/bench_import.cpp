@@ -7,6 +7,7 @@
 // worker is always measured; Python's reference server too when `python3 -c 'import
 // robot_jsonrpcremote_server'` works. Prints a table; never fails on numbers.
 #include "common/client/client.hpp"
+#include "tests/bench/figures.hpp"
 #include "tests/integration/harness.hpp"
 
 #include <fmt/format.h>
@@ -23,6 +24,7 @@ namespace {
 
 using namespace rjg::client;
 using namespace rjg::test;
+using namespace rjg::bench;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
@@ -52,19 +54,6 @@ struct Variant {
   std::string last_error;
 };
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  auto idx = static_cast<std::size_t>(std::min<double>(v.size() - 1, std::max(0.0, p / 100.0 * (v.size() - 1) + 0.5)));
-  return v[idx];
-}
-
-std::size_t count_of(const std::string& text, const std::string& needle) {
-  std::size_t n = 0;
-  for (auto pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + needle.size())) ++n;
-  return n;
-}
-
 // Lines of the gateway's log that contain both a and b (in that order).
 std::size_t count_lines(const std::string& log, const std::string& a, const std::string& b) {
   std::size_t n = 0, start = 0;
@@ -77,12 +66,6 @@ std::size_t count_lines(const std::string& log, const std::string& a, const std:
     start = end + 1;
   }
   return n;
-}
-
-std::string last_line(std::string text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  auto nl = text.rfind('\n');
-  return nl == std::string::npos ? text : text.substr(nl + 1);
 }
 
 }  // namespace

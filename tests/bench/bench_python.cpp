@@ -1,0 +1,368 @@
+// rjg-bench-python: Python's reference server (robot_jsonrpcremote_server) through the gateway against
+// the same server reached directly over TCP, in one run (issue 25's figures):
+//
+//   latency     one session calling Echo back to back: p50 and p99, gateway and direct in turn;
+//   sessions    N sessions calling Echo back to back: keywords per second and CPU per keyword, the
+//               gateway with one worker process per session (`isolation = "session"`, each worker the
+//               server over its stdin and stdout) against one server process serving every session;
+//   syscalls    system calls per keyword (strace -c -f) of the server over TCP, and of the gateway
+//               and its worker, the same server over pipes.
+//
+// CPU per keyword is every thread's time on a CPU (/proc/PID/task/*/schedstat) over the measured
+// window: the gateway plus its workers against the direct server; the load generator is not counted.
+// Needs the real peers (`python3 -c 'import robot_jsonrpcremote_server'`, e.g. with ../shared/peers/env.sh
+// sourced); without them it says so in one line and exits 0. It never fails on numbers.
+#include "tests/bench/figures.hpp"
+#include "tests/bench/loadgen.hpp"
+#include "tests/bench/probes.hpp"
+#include "tests/integration/harness.hpp"
+
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <functional>
+#include <set>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace rjg::test;
+using namespace rjg::bench;
+
+constexpr const char* kLibrary = "BenchEchoLibrary";
+
+// The library both targets serve: Echo returns its argument, Get Pid names the process that ran it.
+constexpr const char* kLibrarySource = R"(import os
+
+
+class BenchEchoLibrary:
+    def echo(self, value):
+        return value
+
+    def get_pid(self):
+        return os.getpid()
+)";
+
+struct Options {
+  std::string python = "python3";
+  int rounds = 6;
+  int calls = 500;
+  int warmup_calls = 100;
+  std::vector<std::size_t> sessions{1, 8, 32};
+  double seconds = 3;
+  double warmup_seconds = 1;
+  std::size_t payload_bytes = 16;
+  int strace_calls = 2000;
+};
+
+constexpr std::string_view kUsage = R"(Usage: rjg-bench-python [--quick] [options]
+
+Python's reference server through the gateway (a worker per session, over its stdin and stdout) against
+the same server reached directly over TCP, in one run: keyword latency with one session, and keywords
+per second and CPU per keyword with N sessions calling Echo back to back. Needs python3 to import
+robot_jsonrpcremote_server (and Robot Framework); skipped, with exit code 0, when it cannot.
+
+Options (defaults in brackets):
+  --quick                 small counts: every row in well under a minute
+  --python PATH           the interpreter of both targets [python3]
+  --rounds N --calls N    latency: rounds of N calls each, gateway and direct in turn [6, 500]
+  --sessions LIST         sessions rows: session counts [1,8,32]
+  --seconds S             sessions rows: measured seconds per target, after 1 s of warm-up [3]
+  --strace-calls N        syscalls: sequential calls traced per target (strace -c -f) [2000]
+  --payload-bytes N       Echo's argument [16]
+)";
+
+std::vector<std::size_t> size_list(const std::string& text) {
+  std::vector<std::size_t> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto comma = std::min(text.find(',', start), text.size());
+    const auto item = text.substr(start, comma - start);
+    const long n = std::strtol(item.c_str(), nullptr, 10);
+    if (n <= 0) throw std::invalid_argument("not a positive count: '" + item + "'");
+    out.push_back(static_cast<std::size_t>(n));
+    start = comma + 1;
+  }
+  return out;
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--quick") {
+      o.rounds = 2;
+      o.calls = 100;
+      o.warmup_calls = 20;
+      o.sessions = {1, 4};
+      o.seconds = 1;
+      o.warmup_seconds = 0.5;
+      o.strace_calls = 200;
+    } else if (a == "--python") {
+      o.python = next();
+    } else if (a == "--rounds") {
+      o.rounds = std::max(1, std::atoi(next().c_str()));
+    } else if (a == "--calls") {
+      o.calls = std::max(1, std::atoi(next().c_str()));
+    } else if (a == "--sessions") {
+      o.sessions = size_list(next());
+    } else if (a == "--seconds") {
+      o.seconds = std::max(0.1, std::atof(next().c_str()));
+    } else if (a == "--strace-calls") {
+      o.strace_calls = std::max(1, std::atoi(next().c_str()));
+    } else if (a == "--payload-bytes") {
+      o.payload_bytes = static_cast<std::size_t>(std::max(0, std::atoi(next().c_str())));
+    } else if (a == "--help" || a == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    } else {
+      throw std::invalid_argument("unknown option '" + a + "' (see --help)");
+    }
+  }
+  return o;
+}
+
+// The reference server serving TCP by itself: the direct target.
+class DirectServer {
+ public:
+  DirectServer(const Options& o, const fs::path& library_dir) : port_(free_port()) {
+    process_.start({"/usr/bin/env", o.python, "-m", "robot_jsonrpcremote_server", "--tcp", "--bind", "127.0.0.1",
+                    "--port", std::to_string(port_), "--pythonpath", library_dir.string(), kLibrary},
+                   dir_.path() / "server.stdout", dir_.path() / "server.stderr");
+    if (!eventually([&] { return can_connect(port_) || !process_.running(); }, 120s, 20ms) || !process_.running())
+      throw std::runtime_error("the reference server did not listen on port " + std::to_string(port_) + ": " +
+                               read_file(dir_.path() / "server.stderr"));
+  }
+  ~DirectServer() { process_.kill_and_reap(); }
+  std::uint16_t port() const { return port_; }
+  pid_t pid() const { return process_.pid(); }
+
+ private:
+  TempDir dir_{"rjg-bench-python"};
+  std::uint16_t port_;
+  ChildProcess process_;
+};
+
+// CPU time of the gateway and of its workers, in nanoseconds.
+std::uint64_t gateway_cpu_ns(const GatewayProcess& gateway, const std::vector<pid_t>& workers) {
+  std::uint64_t ns = cpu_ns(gateway.pid());
+  for (pid_t w : workers) ns += cpu_ns(w);
+  return ns;
+}
+
+std::vector<pid_t> workers_of(const GatewayProcess& gateway) {
+  std::vector<pid_t> out;
+  for (const auto& child : children_of(gateway.pid()))
+    if (child.state != 'Z') out.push_back(child.pid);
+  return out;
+}
+
+void latency(const Options& o, GatewayProcess& gateway, DirectServer& direct) {
+  std::cout << fmt::format(
+      "\n== latency: Echo ({}-byte argument), one session, sequential; {} rounds x {} calls, gateway and direct in "
+      "turn\n",
+      o.payload_bytes, o.rounds, o.calls);
+  const std::string payload(o.payload_bytes, 'p');
+  LoadGenerator via_gateway("127.0.0.1", gateway.port(), 1), via_direct("127.0.0.1", direct.port(), 1);
+  via_gateway.open(1, kLibrary, 300s);
+  via_direct.open(1, kLibrary, 300s);
+  via_gateway.run(payload, static_cast<std::uint64_t>(o.warmup_calls), 0, false);
+  via_direct.run(payload, static_cast<std::uint64_t>(o.warmup_calls), 0, false);
+  std::vector<double> g, d;
+  std::uint64_t failures = 0;
+  for (int round = 0; round < o.rounds; ++round) {
+    for (int k = 0; k < 2; ++k) {  // which goes first alternates, so neither always runs on a warmer machine
+      const bool gateway_turn = (k == 0) == (round % 2 == 0);
+      auto stats = (gateway_turn ? via_gateway : via_direct).run(payload, static_cast<std::uint64_t>(o.calls), 0, true);
+      auto& into = gateway_turn ? g : d;
+      into.insert(into.end(), stats.latencies_us.begin(), stats.latencies_us.end());
+      failures += stats.failures;
+    }
+  }
+  via_gateway.close();
+  via_direct.close();
+  std::cout << fmt::format("{:<44} {:>10} {:>10} {:>10} {:>10}\n", "row", "p50 us", "p90 us", "p99 us", "mean us");
+  for (auto [label, v] : {std::pair{"python latency: direct (TCP to the server)", &d},
+                          std::pair{"python latency: gateway (server as worker)", &g}})
+    std::cout << fmt::format("{:<44} {:>10.0f} {:>10.0f} {:>10.0f} {:>10.0f}\n", label, percentile(*v, 50),
+                             percentile(*v, 90), percentile(*v, 99), mean(*v));
+  std::cout << fmt::format("{:<44} {:>10.0f}   gateway/direct: p50 {}, p99 {} (issue 25's target: p50 at most x1.25)\n",
+                           "python latency: added over direct (p50 us)", percentile(g, 50) - percentile(d, 50),
+                           ratio_text(percentile(g, 50), percentile(d, 50)),
+                           ratio_text(percentile(g, 99), percentile(d, 99)));
+  if (failures) std::cout << fmt::format("  ({} calls failed)\n", failures);
+}
+
+struct Measured {
+  double per_second = 0;
+  double cpu_us_per_keyword = 0;  // every process of the target
+  double own_cpu_us_per_keyword = 0;  // the gateway's own share (gateway target only)
+  std::uint64_t failures = 0;
+};
+
+void sessions(const Options& o, GatewayProcess& gateway, DirectServer& direct) {
+  std::cout << fmt::format(
+      "\n== sessions: N sessions each calling Echo back to back ({} s measured after {} s of warm-up). Gateway: one "
+      "worker process per session; direct: one server process serving every session. CPU: every thread of the "
+      "target's processes over the measured window.\n",
+      o.seconds, o.warmup_seconds);
+  std::cout << fmt::format("{:<22} {:>11} {:>11} {:>9} {:>12} {:>12} {:>12}\n", "row", "direct kw/s", "gateway kw/s",
+                           "gw/direct", "direct us/kw", "gateway us/kw", "of it gw us");
+  const std::string payload(o.payload_bytes, 'p');
+  for (std::size_t n : o.sessions) {
+    Measured d, g;
+    auto measure_direct = [&] {
+      LoadGenerator load("127.0.0.1", direct.port(), 1);
+      load.open(n, kLibrary, 300s);
+      load.run(payload, 0, o.warmup_seconds, false);
+      const auto cpu0 = cpu_ns(direct.pid());
+      auto stats = load.run(payload, 0, o.seconds, false);
+      const auto cpu1 = cpu_ns(direct.pid());
+      load.close();
+      const double keywords = static_cast<double>(std::max<std::uint64_t>(1, stats.calls + stats.failures));
+      d = {stats.per_second(), static_cast<double>(cpu1 - cpu0) / 1e3 / keywords, 0, stats.failures};
+    };
+    auto measure_gateway = [&] {
+      LoadGenerator load("127.0.0.1", gateway.port(), 1);
+      load.open(n, kLibrary, 600s);
+      load.run(payload, 0, o.warmup_seconds, false);
+      const auto workers = workers_of(gateway);
+      const auto own0 = cpu_ns(gateway.pid()), all0 = gateway_cpu_ns(gateway, workers);
+      auto stats = load.run(payload, 0, o.seconds, false);
+      const auto own1 = cpu_ns(gateway.pid()), all1 = gateway_cpu_ns(gateway, workers);
+      load.close();
+      const double keywords = static_cast<double>(std::max<std::uint64_t>(1, stats.calls + stats.failures));
+      g = {stats.per_second(), static_cast<double>(all1 - all0) / 1e3 / keywords,
+           static_cast<double>(own1 - own0) / 1e3 / keywords, stats.failures};
+      // The next row starts with no worker left over from this one.
+      if (!eventually([&] { return workers_of(gateway).empty(); }, 120s, 20ms))
+        std::cerr << "rjg-bench-python: the gateway's workers did not end within 120 s; going on\n";
+    };
+    if (n % 2) measure_direct(), measure_gateway();
+    else measure_gateway(), measure_direct();
+    std::cout << fmt::format("{:<22} {:>11.0f} {:>11.0f} {:>9} {:>12.0f} {:>12.0f} {:>12.0f}\n",
+                             fmt::format("python: {} session{}", n, n == 1 ? "" : "s"), d.per_second, g.per_second,
+                             ratio_text(g.per_second, d.per_second), d.cpu_us_per_keyword, g.cpu_us_per_keyword,
+                             g.own_cpu_us_per_keyword)
+              << std::flush;
+    if (d.failures || g.failures)
+      std::cout << fmt::format("  ({} direct and {} gateway calls failed)\n", d.failures, g.failures);
+  }
+}
+
+// System calls per keyword (strace -c -f) of the server over TCP, and of the gateway and its worker (the
+// same server over pipes), while one session calls Echo back to back: where the two meet, call by call.
+void syscalls(const Options& o, GatewayProcess& gateway, DirectServer& direct) {
+  std::cout << fmt::format(
+      "\n== syscalls: strace -c -f attached while one session runs {} sequential Echo calls: per keyword\n",
+      o.strace_calls);
+  const std::string payload(o.payload_bytes, 'p');
+  auto count = [&](std::uint16_t port, const std::vector<pid_t>& pids_of_worker, bool through_gateway) {
+    LoadGenerator load("127.0.0.1", port, 1);
+    load.open(1, kLibrary, 300s);
+    load.run(payload, static_cast<std::uint64_t>(o.warmup_calls), 0, false);
+    std::vector<pid_t> pids = pids_of_worker;
+    if (through_gateway) {
+      const std::string text = load.call_keyword(0, "Get Pid");  // {"result":PID}
+      const auto colon = text.find(':');
+      pids = {gateway.pid(), static_cast<pid_t>(std::strtol(text.c_str() + colon + 1, nullptr, 10))};
+    }
+    std::vector<SyscallCounts> counts(pids.size());
+    // Nested: every process is traced during the same calls.
+    std::function<void(std::size_t)> traced = [&](std::size_t i) {
+      if (i == pids.size()) {
+        load.run(payload, static_cast<std::uint64_t>(o.strace_calls), 0, false);
+        return;
+      }
+      counts[i] = count_syscalls(pids[i], [&] { traced(i + 1); });
+    };
+    traced(0);
+    load.close();
+    if (through_gateway && !eventually([&] { return workers_of(gateway).empty(); }, 60s, 20ms))
+      std::cerr << "rjg-bench-python: the gateway's worker did not end within 60 s; going on\n";
+    return counts;
+  };
+  std::vector<SyscallCounts> d, g;
+  try {
+    d = count(direct.port(), {direct.pid()}, false);
+    g = count(gateway.port(), {}, true);
+  } catch (const StraceUnusable& e) {
+    std::cout << "syscalls: skipped: " << e.what() << "\n";
+    return;
+  }
+  std::set<std::string> names;
+  for (const auto* list : {&d, &g})
+    for (const auto& c : *list)
+      for (const auto& [name, entry] : c.by_name) names.insert(name);
+  const double k = o.strace_calls;
+  auto cell = [&](const SyscallCounts& c, const std::string& name) {
+    auto it = c.by_name.find(name);
+    return it == c.by_name.end() ? std::string("-") : fmt::format("{:.2f}", it->second.calls / k);
+  };
+  std::cout << fmt::format("{:<20} {:>16} {:>16} {:>16}\n", "call", "server over TCP", "its worker (pipes)",
+                           "the gateway");
+  for (const auto& name : names)
+    std::cout << fmt::format("{:<20} {:>16} {:>16} {:>16}\n", name, cell(d[0], name), cell(g[1], name),
+                             cell(g[0], name));
+  std::cout << fmt::format("{:<20} {:>16.2f} {:>16.2f} {:>16.2f}\n", "total", d[0].total / k, g[1].total / k,
+                           g[0].total / k);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::signal(SIGPIPE, SIG_IGN);
+  Options o;
+  try {
+    o = parse_options(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "rjg-bench-python: " << e.what() << "\n";
+    return 2;
+  }
+  TempDir scratch("rjg-bench-python");
+  auto probe = run_process({"/usr/bin/env", o.python, "-c", "import robot, robot_jsonrpcremote_server"},
+                           scratch.path(), 60s);
+  if (!probe.exited_with(0)) {
+    std::cout << fmt::format("rjg-bench-python: skipped: `{} -c 'import robot, robot_jsonrpcremote_server'` failed "
+                             "({}: {}): install robotframework and robotframework-jsonrpcremote-server, or put them on "
+                             "PYTHONPATH\n",
+                             o.python, probe.timed_out ? "timed out" : describe_status(probe.status),
+                             last_line(probe.err));
+    return 0;
+  }
+  const fs::path library_dir = scratch.path() / "library";
+  fs::create_directories(library_dir);
+  std::ofstream(library_dir / (std::string(kLibrary) + ".py")) << kLibrarySource;
+  try {
+    DirectServer direct(o, library_dir);
+    GatewayOptions gopts;
+    gopts.log_level = "warn";
+    gopts.extra_gateway_toml = "max_sessions = 0\nmax_sessions_per_client = 0\nmax_workers = 0\n";
+    GatewayProcess gateway({command_library(kLibrary, {o.python, "-m", "robot_jsonrpcremote_server", "--stdio",
+                                                       "--pythonpath", library_dir.string(), kLibrary})},
+                           gopts);
+    gateway.start();
+    std::cout << fmt::format("rjg-bench-python: {} -m robot_jsonrpcremote_server, library {} (Echo, Get Pid); {} "
+                             "cores\n",
+                             o.python, kLibrary, std::thread::hardware_concurrency());
+    latency(o, gateway, direct);
+    sessions(o, gateway, direct);
+    syscalls(o, gateway, direct);
+  } catch (const std::exception& e) {
+    std::cerr << "rjg-bench-python: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
