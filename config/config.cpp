@@ -164,7 +164,7 @@ class Loader {
                          "--max-bytes", std::to_string(library.max_answer_bytes)};
       return;
     }
-    for (std::string_view key : {"isolation", "prewarm", "prewarm_import", "rlimits", "env", "cwd"}) {
+    for (std::string_view key : {"isolation", "prewarm", "prewarm_import", "rlimits", "cpu_affinity", "env", "cwd"}) {
       if (const auto* node = table.get(key))
         reader_.problem(node->source(),
                         fmt::format("'{}.{}' does not apply to an upstream library: the gateway starts no process for "
@@ -177,6 +177,7 @@ class Loader {
     library.prewarm = plain.prewarm;
     library.prewarm_import = plain.prewarm_import;
     library.rlimits = plain.rlimits;
+    library.cpu_affinity = plain.cpu_affinity;
   }
 
   // Glob entries: the deny list, and no prewarm or sharing where the command depends on the imported name

@@ -23,6 +23,12 @@ enum class Isolation {
   shared,   // imports share long-lived workers: several tokens on one worker
 };
 
+// Which CPUs a library's workers may run on.
+enum class CpuAffinity {
+  any,  // every CPU the gateway may run on (the default)
+  one,  // each worker (and what it starts) bound to one of them, taken in turn
+};
+
 // What the gateway lets through of {"__pickled__": "<hex>"} values (Python objects) for a library.
 enum class PicklePolicy {
   allow,      // opaque bytes, passed through unchecked (the reference server's behaviour)
@@ -105,6 +111,7 @@ struct Library {
   std::uint64_t max_rss = 0;                          // recycle a shared worker above that resident size, bytes; 0: never
   ResourceLimits rlimits;
   std::size_t max_imports_per_worker = 16;            // shared: tokens one worker holds at most
+  CpuAffinity cpu_affinity = CpuAffinity::any;
 
   PicklePolicy pickle = PicklePolicy::data_only;
   Arguments arguments = Arguments::auto_;

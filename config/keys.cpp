@@ -711,6 +711,14 @@ const std::vector<Key<Library>>& library_keys() {
          .range = "the keys below",
          .doc = "Resource limits set in the worker before its program starts.",
          .load = load_rlimits},
+        // "one" for workers that hand work between their own threads at every keyword (the reference server:
+        // its event loop and its Robot thread): on a 2-core VM that hand-off across CPUs made a keyword
+        // through the gateway take 1.6 times as long as on one CPU (doc/benchmarks.md).
+        choice("cpu_affinity", &Library::cpu_affinity, kCpuAffinities, "a CPU affinity",
+               "`any`: a worker runs on any CPU the gateway may use; `one`: each worker, and every process it "
+               "starts, is bound to one of those CPUs, taken in turn, so that its threads hand work to each other "
+               "on one CPU. For one-keyword-at-a-time workers such as the reference server; not for a library "
+               "that works in parallel or starts a browser, which would get one CPU too."),
         choice("pickle", &Library::pickle, kPicklePolicies, "a pickle policy",
                "What passes of pickled Python values (`{\"__pickled__\": \"<hex>\"}`) to and from this library."),
         integer("classic_instances", &Library::classic_instances, {.min = 0, .max = 64, .zero = "not served to classic clients"},
@@ -742,7 +750,7 @@ const std::vector<Key<Library>>& library_keys() {
          .doc = "Instead of a worker process: a server of the protocol elsewhere (the reference server, another "
                 "gateway, a library with `--tcp`). Each import opens its own connection, resolved at connect time. "
                 "`{library}` is replaced by the imported name. `isolation`, `prewarm`, `prewarm_import`, `rlimits`, "
-                "`env` and `cwd` do not apply (in this table: an error; from `[defaults]`: ignored). "
+                "`cpu_affinity`, `env` and `cwd` do not apply (in this table: an error; from `[defaults]`: ignored). "
                 "`http://`: a classic remote server (XML-RPC, Robot's `Remote` protocol), reached through a bridge "
                 "worker process (`robot-classic-bridge`) that the gateway starts like any worker, so those keys do "
                 "apply; see \"Classic remote servers behind the gateway\".",

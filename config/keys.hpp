@@ -50,6 +50,8 @@ inline constexpr std::pair<std::string_view, PicklePolicy> kPicklePolicies[] = {
     {"allow", PicklePolicy::allow}, {"data-only", PicklePolicy::data_only}, {"deny", PicklePolicy::deny}};
 inline constexpr std::pair<std::string_view, Arguments> kArgumentModes[] = {
     {"auto", Arguments::auto_}, {"escape", Arguments::escape}, {"as-is", Arguments::as_is}};
+inline constexpr std::pair<std::string_view, CpuAffinity> kCpuAffinities[] = {{"any", CpuAffinity::any},
+                                                                             {"one", CpuAffinity::one}};
 inline constexpr std::pair<std::string_view, WorkerLoss> kWorkerLossModes[] = {{"reimport", WorkerLoss::reimport},
                                                                             {"fail", WorkerLoss::fail}};
 

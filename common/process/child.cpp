@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -35,7 +36,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 }
 
 // What the child reports through its close-on-exec pipe when it cannot execute: the step and its errno.
-enum Step : int { kStdio = 1, kChdir = 2, kLimits = 3, kExec = 4 };
+enum Step : int { kStdio = 1, kChdir = 2, kLimits = 3, kExec = 4, kAffinity = 5 };
 struct Report {
   int step = 0;
   int error = 0;
@@ -205,6 +206,12 @@ pid_t start_child(const ChildOptions& options) {
       rl.rlim_cur = rl.rlim_max = static_cast<rlim_t>(value);
       if (::setrlimit(resource, &rl) != 0) fail(kLimits);
     }
+    if (options.cpu >= 0) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(options.cpu, &one);
+      if (::sched_setaffinity(0, sizeof one, &one) != 0) fail(kAffinity);
+    }
     ::execve(program, args.data(), env);
     fail(kExec);
   }
@@ -230,6 +237,8 @@ pid_t start_child(const ChildOptions& options) {
                        fmt::format("changing to the working directory '{}'", options.cwd));
     case kStdio:
       throw StartError(r.error, StartError::Step::stdio, "setting up its stdin, stdout and stderr");
+    case kAffinity:
+      throw StartError(r.error, StartError::Step::affinity, fmt::format("binding it to CPU {}", options.cpu));
     case kLimits:
       throw StartError(r.error, StartError::Step::limits, "setting its resource limits");
     default:

@@ -57,12 +57,14 @@ struct ChildOptions {
   bool die_with_parent = true;
   // setrlimit(resource, {value, value}) in the child, for it and what it starts.
   std::vector<std::pair<int, std::uint64_t>> limits;
+  // Binds the child, and what it starts, to this CPU alone (sched_setaffinity); -1: this process's CPUs.
+  int cpu = -1;
 };
 
 // What start_child could not do, and the step it failed at; code() is the errno.
 class StartError : public std::system_error {
  public:
-  enum class Step { fork, stdio, chdir, limits, exec };
+  enum class Step { fork, stdio, chdir, limits, affinity, exec };
   StartError(int error, Step step, const std::string& what)
       : std::system_error(error, std::generic_category(), what), step(step) {}
   Step step;

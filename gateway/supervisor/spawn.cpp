@@ -5,11 +5,13 @@
 #include <fmt/format.h>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -75,6 +77,22 @@ std::vector<std::pair<int, std::uint64_t>> limits_of(const config::ResourceLimit
   return out;
 }
 
+// cpu_affinity = "one": the CPUs the gateway may use (read once), handed out in turn, so that the
+// workers spread over them. Empty when the mask cannot be read: the workers are then left unbound.
+int next_cpu() {
+  static const std::vector<int> cpus = [] {
+    std::vector<int> out;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (::sched_getaffinity(0, sizeof set, &set) == 0)
+      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+        if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
+    return out;
+  }();
+  static std::atomic<std::size_t> turn{0};
+  return cpus.empty() ? -1 : cpus[turn.fetch_add(1, std::memory_order_relaxed) % cpus.size()];
+}
+
 }  // namespace
 
 ResolvedCommand resolve_command(const std::string& command0) {
@@ -119,6 +137,7 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
   options.die_with_parent = false;
   // Limits apply to the worker and what it starts; a failure here fails the start, not the gateway.
   options.limits = limits_of(library.rlimits);
+  if (library.cpu_affinity == config::CpuAffinity::one) options.cpu = next_cpu();
 
   // The loop's pipes take the parent's ends first: once a child runs, nothing is left that could fail.
   SpawnedProcess child{-1, *executable, boost::asio::writable_pipe(executor), boost::asio::readable_pipe(executor),
@@ -148,7 +167,10 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
         e.step == Step::chdir  ? fmt::format("cannot start '{}' in working directory '{}': {}", *executable,
                                              options.cwd, std::strerror(error))
         : e.step == Step::exec ? fmt::format("cannot start '{}': {}", *executable, std::strerror(error))
-                               : fmt::format("cannot start '{}': {}", *executable, e.what());
+        : e.step == Step::affinity
+            ? fmt::format("cannot start '{}': binding it to CPU {} (cpu_affinity = \"one\") failed: {}", *executable,
+                          options.cpu, std::strerror(error))
+            : fmt::format("cannot start '{}': {}", *executable, e.what());
     throw SpawnError(std::error_code(error, std::system_category()), what);
   }
   // From here the pid is supervised by the Worker and the ChildReaper.

@@ -792,6 +792,46 @@ TEST_F(PoolRlimitTest, LimitsApplyToTheWorkerOnly) {
   }
 }
 
+// cpu_affinity = "one": each worker is bound to one of the gateway's CPUs, taken in turn, so that they
+// spread over them; a library without the key leaves its workers on every CPU the gateway may use.
+std::set<int> allowed_cpus(pid_t pid) {  // Cpus_allowed_list of /proc/PID/status: "0-3,6"
+  std::set<int> cpus;
+  const auto lines = lines_with(read_file(fmt::format("/proc/{}/status", pid)), "Cpus_allowed_list:");
+  if (lines.size() != 1) return cpus;
+  std::istringstream in(lines[0].substr(lines[0].find(':') + 1));
+  for (std::string range; std::getline(in, range, ',');) {
+    const auto dash = range.find('-');
+    const int first = std::stoi(range), last = dash == std::string::npos ? first : std::stoi(range.substr(dash + 1));
+    for (int cpu = first; cpu <= last; ++cpu) cpus.insert(cpu);
+  }
+  return cpus;
+}
+
+using PoolCpuAffinityTest = PoolTest;
+
+TEST_F(PoolCpuAffinityTest, OneBindsEachWorkerToOneOfTheGatewaysCpusInTurn) {
+  start({pool_library("Bound", "cpu_affinity = \"one\"\n"), test_library("Free")});
+  const std::set<int> gateway_cpus = allowed_cpus(gateway().pid());
+  ASSERT_FALSE(gateway_cpus.empty());
+  std::vector<std::pair<client::RpcClient, std::string>> sessions;
+  std::set<int> used;
+  for (std::size_t i = 0; i < std::min<std::size_t>(4, 2 * gateway_cpus.size()); ++i) {
+    sessions.push_back(session("Bound"));
+    auto& [c, token] = sessions.back();
+    const std::set<int> cpus = allowed_cpus(pid_of(c, token));
+    ASSERT_EQ(cpus.size(), 1u) << "worker " << i << " may run on " << ::testing::PrintToString(cpus);
+    EXPECT_TRUE(gateway_cpus.contains(*cpus.begin())) << "CPU " << *cpus.begin() << " is not the gateway's";
+    used.insert(*cpus.begin());
+    POOL_KEYWORD_OK(c.run_keyword(token, "Echo", json::array{"bound"}));
+  }
+  // In turn: with two CPUs or more, the workers are not all on one.
+  if (gateway_cpus.size() > 1) {
+    EXPECT_GT(used.size(), 1u);
+  }
+  auto [f, token_f] = session("Free");
+  EXPECT_EQ(allowed_cpus(pid_of(f, token_f)), gateway_cpus);
+}
+
 // ================================================================================================
 // Process hygiene
 

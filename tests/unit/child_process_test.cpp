@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -159,6 +160,32 @@ TEST(StartChild, AMissingWorkingDirectoryIsNamed) {
   } catch (const std::system_error& e) {
     EXPECT_EQ(std::string(e.what()),
               "changing to the working directory '/nonexistent/dir': No such file or directory");
+  }
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
+}
+
+// ChildOptions::cpu binds the child to one CPU (cpu_affinity = "one"); a CPU this process may not use is
+// a failure naming it, and leaves no child.
+TEST(StartChild, ACpuBindsTheChildToItAlone) {
+  cpu_set_t own;
+  CPU_ZERO(&own);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof own, &own), 0);
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &own)) ++cpu;
+  ChildOptions o;
+  o.cpu = cpu;
+  const auto [text, status] = shell("grep Cpus_allowed_list /proc/$$/status", o);
+  EXPECT_EQ(text, fmt::format("Cpus_allowed_list:\t{}\n", cpu));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+  o.argv = {"/bin/true"};
+  o.cpu = CPU_SETSIZE - 1;  // no machine here has 1,024 CPUs
+  try {
+    start_child(o);
+    FAIL() << "no error";
+  } catch (const StartError& e) {
+    EXPECT_EQ(e.step, StartError::Step::affinity);
+    EXPECT_EQ(std::string(e.what()), fmt::format("binding it to CPU {}: Invalid argument", CPU_SETSIZE - 1));
   }
   EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
 }

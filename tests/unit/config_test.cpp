@@ -793,6 +793,8 @@ pickle = "never"
   expect_problem(found[2], 7, {"'library[0].isolation' = \"process\"", "session, shared"});
   expect_problem(found[3], 8, {"'library[0].pickle' = \"never\"", "not a pickle policy", "allow, data-only, deny"});
   EXPECT_EQ(found[3].find("did you mean"), std::string::npos) << found[3];
+  expect_one_problem("[[library]]\nname = \"A\"\ncommand = [\"a\"]\ncpu_affinity = \"two\"\n", 4,
+                     {"'library[0].cpu_affinity' = \"two\"", "not a CPU affinity", "any, one"});
   expect_one_problem(std::string(kMinimal) + "pickle = \"DATA-ONLY\"\n", 5, {"did you mean \"data-only\""});
 }
 
@@ -1000,7 +1002,7 @@ max_import_per_worker = 2
 )");
   ASSERT_EQ(found.size(), 3u) << ::testing::PrintToString(found);
   expect_problem(found[0], 2, {"did you mean 'max_sessions'", "max_sessions_per_client, allow_from"});
-  expect_problem(found[1], 4, {"[defaults]", "did you mean 'prewarm'", "max_imports_per_worker, rlimits, pickle"});
+  expect_problem(found[1], 4, {"[defaults]", "did you mean 'prewarm'", "max_imports_per_worker, rlimits, cpu_affinity, pickle"});
   expect_problem(found[2], 8, {"did you mean 'max_imports_per_worker'", "name, command, env, cwd, startup_timeout"});
 }
 
@@ -1719,6 +1721,8 @@ TEST_F(ConfigTest, UpstreamMistakesAreNamed) {
                      {"isolation", "does not apply to an upstream"});
   expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"tcp://h:1\"\nrlimits = { open_files = 64 }\n", 4,
                      {"rlimits", "does not apply"});
+  expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"tcp://h:1\"\ncpu_affinity = \"one\"\n", 4,
+                     {"cpu_affinity", "does not apply to an upstream"});
   expect_one_problem("[[library]]\nname = \"A\"\ncommand = [\"x\"]\nupstream_name = \"B\"\n", 4,
                      {"upstream_name", "without 'upstream'"});
 }
