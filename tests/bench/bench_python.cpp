@@ -61,6 +61,7 @@ struct Options {
   double warmup_seconds = 1;
   std::size_t payload_bytes = 16;
   int strace_calls = 2000;
+  std::string cpu_affinity;  // the gateway library's cpu_affinity; empty: left out ("any")
 };
 
 constexpr std::string_view kUsage = R"(Usage: rjg-bench-python [--quick] [options]
@@ -76,6 +77,7 @@ Options (defaults in brackets):
   --rounds N --calls N    latency: rounds of N calls each, gateway and direct in turn [6, 500]
   --sessions LIST         sessions rows: session counts [1,8,32]
   --seconds S             sessions rows: measured seconds per target, after 1 s of warm-up [3]
+  --cpu-affinity MODE     the gateway library's cpu_affinity ("one": each worker on one CPU) [any]
   --strace-calls N        syscalls: sequential calls traced per target (strace -c -f) [2000]
   --payload-bytes N       Echo's argument [16]
 )";
@@ -120,6 +122,8 @@ Options parse_options(int argc, char** argv) {
       o.sessions = size_list(next());
     } else if (a == "--seconds") {
       o.seconds = std::max(0.1, std::atof(next().c_str()));
+    } else if (a == "--cpu-affinity") {
+      o.cpu_affinity = next();
     } else if (a == "--strace-calls") {
       o.strace_calls = std::max(1, std::atoi(next().c_str()));
     } else if (a == "--payload-bytes") {
@@ -350,13 +354,15 @@ int main(int argc, char** argv) {
     GatewayOptions gopts;
     gopts.log_level = "warn";
     gopts.extra_gateway_toml = "max_sessions = 0\nmax_sessions_per_client = 0\nmax_workers = 0\n";
-    GatewayProcess gateway({command_library(kLibrary, {o.python, "-m", "robot_jsonrpcremote_server", "--stdio",
-                                                       "--pythonpath", library_dir.string(), kLibrary})},
-                           gopts);
+    auto library = command_library(kLibrary, {o.python, "-m", "robot_jsonrpcremote_server", "--stdio",
+                                              "--pythonpath", library_dir.string(), kLibrary});
+    if (!o.cpu_affinity.empty()) library.extra_toml = fmt::format("cpu_affinity = \"{}\"\n", o.cpu_affinity);
+    GatewayProcess gateway({library}, gopts);
     gateway.start();
     std::cout << fmt::format("rjg-bench-python: {} -m robot_jsonrpcremote_server, library {} (Echo, Get Pid); {} "
-                             "cores\n",
-                             o.python, kLibrary, std::thread::hardware_concurrency());
+                             "cores; the gateway's workers: cpu_affinity = \"{}\"\n",
+                             o.python, kLibrary, std::thread::hardware_concurrency(),
+                             o.cpu_affinity.empty() ? "any" : o.cpu_affinity);
     latency(o, gateway, direct);
     sessions(o, gateway, direct);
     syscalls(o, gateway, direct);
