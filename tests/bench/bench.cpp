@@ -270,18 +270,7 @@ void latency_phase(const Options& o, Servers& servers, const Floor& floor, DataF
   via_direct.open(1, kLibrary);
   via_gateway.run(payload, static_cast<std::uint64_t>(o.warmup_calls), 0, false);
   via_direct.run(payload, static_cast<std::uint64_t>(o.warmup_calls), 0, false);
-  std::vector<double> g, d;
-  std::uint64_t failures = 0;
-  for (int round = 0; round < o.rounds; ++round) {
-    // Alternate which goes first so neither always runs on a warmer machine.
-    for (int k = 0; k < 2; ++k) {
-      const bool gateway_turn = (k == 0) == (round % 2 == 0);
-      auto stats = (gateway_turn ? via_gateway : via_direct).run(payload, static_cast<std::uint64_t>(o.calls), 0, true);
-      auto& into = gateway_turn ? g : d;
-      into.insert(into.end(), stats.latencies_us.begin(), stats.latencies_us.end());
-      failures += stats.failures;
-    }
-  }
+  auto [g, d, failures] = paired_latencies(via_gateway, via_direct, payload, o.rounds, o.calls);
   via_gateway.close();
   via_direct.close();
   std::cout << fmt::format("{:<40} {:>10} {:>10} {:>10} {:>12}\n", "row", "p50 us", "p99 us", "mean us", "calls/s");

@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -62,6 +63,7 @@ struct Options {
   std::size_t payload_bytes = 16;
   int strace_calls = 2000;
   std::string cpu_affinity;  // the gateway library's cpu_affinity; empty: left out ("any")
+  std::size_t shared_workers = 0;  // sessions rows: 0 = a worker per session; else isolation "shared"
 };
 
 constexpr std::string_view kUsage = R"(Usage: rjg-bench-python [--quick] [options]
@@ -78,6 +80,8 @@ Options (defaults in brackets):
   --sessions LIST         sessions rows: session counts [1,8,32]
   --seconds S             sessions rows: measured seconds per target, after 1 s of warm-up [3]
   --cpu-affinity MODE     the gateway library's cpu_affinity ("one": each worker on one CPU) [any]
+  --shared-workers N      sessions rows: isolation = "shared" with N workers, the sessions spread evenly
+                          over them (a fresh gateway per row), instead of a worker per session [0]
   --strace-calls N        syscalls: sequential calls traced per target (strace -c -f) [2000]
   --payload-bytes N       Echo's argument [16]
 )";
@@ -122,6 +126,8 @@ Options parse_options(int argc, char** argv) {
       o.sessions = size_list(next());
     } else if (a == "--seconds") {
       o.seconds = std::max(0.1, std::atof(next().c_str()));
+    } else if (a == "--shared-workers") {
+      o.shared_workers = static_cast<std::size_t>(std::max(0, std::atoi(next().c_str())));
     } else if (a == "--cpu-affinity") {
       o.cpu_affinity = next();
     } else if (a == "--strace-calls") {
@@ -159,6 +165,24 @@ class DirectServer {
   ChildProcess process_;
 };
 
+// The gateway's library: the server over its stdin and stdout, with o.cpu_affinity and `extra_toml`.
+LibrarySpec python_library(const Options& o, const fs::path& library_dir, const std::string& extra_toml = "") {
+  auto library = command_library(kLibrary, {o.python, "-m", "robot_jsonrpcremote_server", "--stdio", "--pythonpath",
+                                            library_dir.string(), kLibrary});
+  if (!o.cpu_affinity.empty()) library.extra_toml = fmt::format("cpu_affinity = \"{}\"\n", o.cpu_affinity);
+  library.extra_toml += extra_toml;
+  return library;
+}
+
+std::unique_ptr<GatewayProcess> start_gateway(LibrarySpec library) {
+  GatewayOptions gopts;
+  gopts.log_level = "warn";
+  gopts.extra_gateway_toml = "max_sessions = 0\nmax_sessions_per_client = 0\nmax_workers = 0\n";
+  auto gateway = std::make_unique<GatewayProcess>(std::vector<LibrarySpec>{std::move(library)}, gopts);
+  gateway->start();
+  return gateway;
+}
+
 // CPU time of the gateway and of its workers, in nanoseconds.
 std::uint64_t gateway_cpu_ns(const GatewayProcess& gateway, const std::vector<pid_t>& workers) {
   std::uint64_t ns = cpu_ns(gateway.pid());
@@ -184,17 +208,7 @@ void latency(const Options& o, GatewayProcess& gateway, DirectServer& direct) {
   via_direct.open(1, kLibrary, 300s);
   via_gateway.run(payload, static_cast<std::uint64_t>(o.warmup_calls), 0, false);
   via_direct.run(payload, static_cast<std::uint64_t>(o.warmup_calls), 0, false);
-  std::vector<double> g, d;
-  std::uint64_t failures = 0;
-  for (int round = 0; round < o.rounds; ++round) {
-    for (int k = 0; k < 2; ++k) {  // which goes first alternates, so neither always runs on a warmer machine
-      const bool gateway_turn = (k == 0) == (round % 2 == 0);
-      auto stats = (gateway_turn ? via_gateway : via_direct).run(payload, static_cast<std::uint64_t>(o.calls), 0, true);
-      auto& into = gateway_turn ? g : d;
-      into.insert(into.end(), stats.latencies_us.begin(), stats.latencies_us.end());
-      failures += stats.failures;
-    }
-  }
+  auto [g, d, failures] = paired_latencies(via_gateway, via_direct, payload, o.rounds, o.calls);
   via_gateway.close();
   via_direct.close();
   std::cout << fmt::format("{:<44} {:>10} {:>10} {:>10} {:>10}\n", "row", "p50 us", "p90 us", "p99 us", "mean us");
@@ -216,16 +230,28 @@ struct Measured {
   std::uint64_t failures = 0;
 };
 
-void sessions(const Options& o, GatewayProcess& gateway, DirectServer& direct) {
+void sessions(const Options& o, GatewayProcess& per_session, DirectServer& direct, const fs::path& library_dir) {
   std::cout << fmt::format(
-      "\n== sessions: N sessions each calling Echo back to back ({} s measured after {} s of warm-up). Gateway: one "
-      "worker process per session; direct: one server process serving every session. CPU: every thread of the "
-      "target's processes over the measured window.\n",
-      o.seconds, o.warmup_seconds);
+      "\n== sessions: N sessions each calling Echo back to back ({} s measured after {} s of warm-up). Gateway: {}; "
+      "direct: one server process serving every session. CPU: every thread of the target's processes over the "
+      "measured window.\n",
+      o.seconds, o.warmup_seconds,
+      o.shared_workers ? fmt::format("isolation = \"shared\", {} workers, the sessions spread evenly over them",
+                                     o.shared_workers)
+                       : std::string("one worker process per session"));
   std::cout << fmt::format("{:<22} {:>11} {:>11} {:>9} {:>12} {:>12} {:>12}\n", "row", "direct kw/s", "gateway kw/s",
                            "gw/direct", "direct us/kw", "gateway us/kw", "of it gw us");
   const std::string payload(o.payload_bytes, 'p');
   for (std::size_t n : o.sessions) {
+    // Shared workers: a gateway per row, whose max_imports_per_worker spreads the row's sessions (an
+    // import takes an idle worker with room first), opened one at a time.
+    std::unique_ptr<GatewayProcess> shared;
+    if (o.shared_workers)
+      shared = start_gateway(python_library(
+          o, library_dir,
+          fmt::format("isolation = \"shared\"\nmax_workers = {}\nmax_imports_per_worker = {}\n", o.shared_workers,
+                      (n + o.shared_workers - 1) / o.shared_workers)));
+    GatewayProcess& gateway = shared ? *shared : per_session;
     Measured d, g;
     auto measure_direct = [&] {
       LoadGenerator load("127.0.0.1", direct.port(), 1);
@@ -240,7 +266,7 @@ void sessions(const Options& o, GatewayProcess& gateway, DirectServer& direct) {
     };
     auto measure_gateway = [&] {
       LoadGenerator load("127.0.0.1", gateway.port(), 1);
-      load.open(n, kLibrary, 600s);
+      load.open(n, kLibrary, 600s, shared ? 1 : 32);
       load.run(payload, 0, o.warmup_seconds, false);
       const auto workers = workers_of(gateway);
       const auto own0 = cpu_ns(gateway.pid()), all0 = gateway_cpu_ns(gateway, workers);
@@ -250,8 +276,8 @@ void sessions(const Options& o, GatewayProcess& gateway, DirectServer& direct) {
       const double keywords = static_cast<double>(std::max<std::uint64_t>(1, stats.calls + stats.failures));
       g = {stats.per_second(), static_cast<double>(all1 - all0) / 1e3 / keywords,
            static_cast<double>(own1 - own0) / 1e3 / keywords, stats.failures};
-      // The next row starts with no worker left over from this one.
-      if (!eventually([&] { return workers_of(gateway).empty(); }, 120s, 20ms))
+      // The next row starts with no worker left over from this one (shared ones end with their gateway).
+      if (!shared && !eventually([&] { return workers_of(gateway).empty(); }, 120s, 20ms))
         std::cerr << "rjg-bench-python: the gateway's workers did not end within 120 s; going on\n";
     };
     if (n % 2) measure_direct(), measure_gateway();
@@ -351,20 +377,14 @@ int main(int argc, char** argv) {
   std::ofstream(library_dir / (std::string(kLibrary) + ".py")) << kLibrarySource;
   try {
     DirectServer direct(o, library_dir);
-    GatewayOptions gopts;
-    gopts.log_level = "warn";
-    gopts.extra_gateway_toml = "max_sessions = 0\nmax_sessions_per_client = 0\nmax_workers = 0\n";
-    auto library = command_library(kLibrary, {o.python, "-m", "robot_jsonrpcremote_server", "--stdio",
-                                              "--pythonpath", library_dir.string(), kLibrary});
-    if (!o.cpu_affinity.empty()) library.extra_toml = fmt::format("cpu_affinity = \"{}\"\n", o.cpu_affinity);
-    GatewayProcess gateway({library}, gopts);
-    gateway.start();
+    auto gateway_holder = start_gateway(python_library(o, library_dir));
+    GatewayProcess& gateway = *gateway_holder;
     std::cout << fmt::format("rjg-bench-python: {} -m robot_jsonrpcremote_server, library {} (Echo, Get Pid); {} "
                              "cores; the gateway's workers: cpu_affinity = \"{}\"\n",
                              o.python, kLibrary, std::thread::hardware_concurrency(),
                              o.cpu_affinity.empty() ? "any" : o.cpu_affinity);
     latency(o, gateway, direct);
-    sessions(o, gateway, direct);
+    sessions(o, gateway, direct, library_dir);
     syscalls(o, gateway, direct);
   } catch (const std::exception& e) {
     std::cerr << "rjg-bench-python: " << e.what() << "\n";

@@ -445,4 +445,19 @@ std::string echo_frame(std::string_view token, std::uint64_t id, std::string_vie
                   id, protocol::quote(token), protocol::quote(payload)));
 }
 
+PairedLatencies paired_latencies(LoadGenerator& a, LoadGenerator& b, const std::string& payload, int rounds,
+                                 int calls) {
+  PairedLatencies out;
+  for (int round = 0; round < rounds; ++round) {
+    for (int k = 0; k < 2; ++k) {
+      const bool a_turn = (k == 0) == (round % 2 == 0);
+      auto stats = (a_turn ? a : b).run(payload, static_cast<std::uint64_t>(calls), 0, true);
+      auto& into = a_turn ? out.a_us : out.b_us;
+      into.insert(into.end(), stats.latencies_us.begin(), stats.latencies_us.end());
+      out.failures += stats.failures;
+    }
+  }
+  return out;
+}
+
 }  // namespace rjg::bench

@@ -50,6 +50,16 @@ class LoadGenerator {
   std::unique_ptr<Impl> impl_;
 };
 
+// Sequential calls through two targets in turn, for a fair comparison: `rounds` rounds of `calls` calls on
+// each of `a` and `b` (each with its sessions open), which goes first alternating per round so that
+// neither always runs on a warmer machine. Each call's round trip in microseconds, per target.
+struct PairedLatencies {
+  std::vector<double> a_us, b_us;
+  std::uint64_t failures = 0;
+};
+PairedLatencies paired_latencies(LoadGenerator& a, LoadGenerator& b, const std::string& payload, int rounds,
+                                 int calls);
+
 // Round trips of a `bytes`-byte message between two threads of this process, over a TCP loopback
 // connection (TCP_NODELAY, as the gateway and the workers set it) or a pair of pipes: the floor under
 // any relay on this machine. Returns each round trip in microseconds.
