@@ -12,8 +12,9 @@
 # A test tagged `gap` shows a known gap of issue 23 (its second tag says which). robot runs with
 # --skiponfailure gap: such a test that fails is reported as skipped, with its failure message, and one
 # that passes counts as passed, so closing a gap turns its tests green by itself. Every other test must
-# pass. Then the fork server's unittest tests (tests/fork_server) run, with one line for them. The last
-# line is robot's `conformance: N passed, N failed, N skipped`.
+# pass. Then the fork server's unittest tests (tests/fork_server) run, with one line for them, and the
+# Python benchmark's smoke run (rjg-bench-python --quick). The last line is robot's `conformance: N
+# passed, N failed, N skipped`.
 #
 #   deploy/conformance.sh                          every suite
 #   deploy/conformance.sh --suite Values           robot's own options: one suite, --test NAME, ...
@@ -69,6 +70,23 @@ else
   echo "conformance: the fork server's tests: $summary; log $out/fork_server.log" >&2
 fi
 
+# The Python benchmark's smoke run (rjg-bench-python --quick, about 15 s), here because the peers are:
+# every row must be printed; no figure is checked.
+bench_status=0
+if [[ -x $build/bin/rjg-bench-python ]]; then
+  "$build/bin/rjg-bench-python" --quick >"$out/bench_python.txt" 2>&1 || bench_status=$?
+  rows=$(grep -cE '^(python latency: (direct|gateway|added)|python: [0-9]+ sessions?|total) ' \
+    "$out/bench_python.txt" || true)
+  if ((bench_status || rows != 6)); then
+    tail -n 20 "$out/bench_python.txt" >&2
+    echo "conformance: FAILED: rjg-bench-python --quick (exit status $bench_status, $rows of 6 rows);" \
+      "$out/bench_python.txt" >&2
+    bench_status=1
+  else
+    echo "conformance: rjg-bench-python --quick printed every row; $out/bench_python.txt" >&2
+  fi
+fi
+
 unset RJG_CONFORMANCE_LAB  # not in the greps below
 left=()
 for environ in /proc/[0-9]*/environ; do
@@ -116,4 +134,4 @@ if status:
 total = result.statistics.total
 print("conformance: %d passed, %d failed, %d skipped" % (total.passed, total.failed, total.skipped))
 EOF
-exit $((status != 0 || fork_status != 0))
+exit $((status != 0 || fork_status != 0 || bench_status != 0))
