@@ -10,8 +10,8 @@
 //
 // CPU per keyword is every thread's time on a CPU (/proc/PID/task/*/schedstat) over the measured
 // window: the gateway plus its workers against the direct server; the load generator is not counted.
-// Needs the real peers (`python3 -c 'import robot_jsonrpcremote_server'`, e.g. with ../shared/peers/env.sh
-// sourced); without them it says so in one line and exits 0. It never fails on numbers.
+// Needs the real peers (`pip install robotframework robotframework-jsonrpcremote-server`, or them on
+// PYTHONPATH); without them it says so in one line and exits 0. It never fails on numbers.
 #include "tests/bench/figures.hpp"
 #include "tests/bench/loadgen.hpp"
 #include "tests/bench/probes.hpp"
