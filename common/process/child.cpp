@@ -206,6 +206,10 @@ pid_t start_child(const ChildOptions& options) {
       rl.rlim_cur = rl.rlim_max = static_cast<rlim_t>(value);
       if (::setrlimit(resource, &rl) != 0) fail(kLimits);
     }
+    if (options.cpu >= CPU_SETSIZE) {  // beyond any set: refused as the kernel refuses a CPU it lacks
+      errno = EINVAL;
+      fail(kAffinity);
+    }
     if (options.cpu >= 0) {
       cpu_set_t one;
       CPU_ZERO(&one);

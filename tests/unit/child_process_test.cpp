@@ -187,6 +187,8 @@ TEST(StartChild, ACpuBindsTheChildToItAlone) {
     EXPECT_EQ(e.step, StartError::Step::affinity);
     EXPECT_EQ(std::string(e.what()), fmt::format("binding it to CPU {}: Invalid argument", CPU_SETSIZE - 1));
   }
+  o.cpu = CPU_SETSIZE;  // beyond any cpu_set_t: refused the same way, nothing written out of bounds
+  EXPECT_THROW(start_child(o), StartError);
   EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
 }
 
