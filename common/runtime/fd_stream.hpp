@@ -203,13 +203,13 @@ class FdStream {
   template <typename MutableBufferSequence, typename Token>
   auto async_read_some(const MutableBufferSequence& buffers, Token&& token) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
-        [this](auto handler, const MutableBufferSequence& b) { start_read(handler, b); }, token, buffers);
+        [this](auto handler, const MutableBufferSequence& b) { this->start_read(handler, b); }, token, buffers);
   }
 
   template <typename ConstBufferSequence, typename Token>
   auto async_write_some(const ConstBufferSequence& buffers, Token&& token) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
-        [this](auto handler, const ConstBufferSequence& b) { start_write(handler, b); }, token, buffers);
+        [this](auto handler, const ConstBufferSequence& b) { this->start_write(handler, b); }, token, buffers);
   }
 
   // Writes what fits now, without waiting: the bytes written (0 and would_block when there is no
