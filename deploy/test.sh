@@ -179,7 +179,6 @@ fi
 # RJG_REQUIRE_CONFORMANCE=1 (.ci/run). The fuzz targets run beside it, at the lowest CPU priority: its
 # Python processes leave much of the two cores idle, and each target runs for a fixed time, so they only
 # lose a share of their inputs to it (on their own they were a stage of 35 s). Their report follows.
-fuzz=
 if [[ ${SANITIZE:-1} != 0 && $fuzz_seconds != 0 ]]; then
   fuzz_log=$asan_build/fuzz/stage.log
   mkdir -p "$(dirname "$fuzz_log")"

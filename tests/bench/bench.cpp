@@ -393,11 +393,7 @@ void cpu_phase(const Options& o, Servers& servers, DataFile& data) {
   via_gateway.open(1, kLibrary);
   via_direct.open(1, kLibrary);
   // The session's own worker, asked through the gateway.
-  const std::string pid_text = via_gateway.call_keyword(0, "Get Pid");
-  const auto colon = pid_text.find(':');
-  const pid_t worker =
-      static_cast<pid_t>(std::strtol(pid_text.c_str() + (colon == std::string::npos ? 0 : colon + 1), nullptr, 10));
-  if (worker <= 0) throw std::runtime_error("Get Pid answered " + pid_text);
+  const pid_t worker = via_gateway.worker_pid(0);
   via_gateway.run(payload, static_cast<std::uint64_t>(o.warmup_calls), 0, false);
   via_direct.run(payload, static_cast<std::uint64_t>(o.warmup_calls), 0, false);
   std::uint64_t g_ns = 0, w_ns = 0, d_ns = 0, g_calls = 0, d_calls = 0;

@@ -305,9 +305,7 @@ void syscalls(const Options& o, GatewayProcess& gateway, DirectServer& direct) {
     load.run(payload, static_cast<std::uint64_t>(o.warmup_calls), 0, false);
     std::vector<pid_t> pids = pids_of_worker;
     if (through_gateway) {
-      const std::string text = load.call_keyword(0, "Get Pid");  // {"result":PID}
-      const auto colon = text.find(':');
-      pids = {gateway.pid(), static_cast<pid_t>(std::strtol(text.c_str() + colon + 1, nullptr, 10))};
+      pids = {gateway.pid(), load.worker_pid(0)};
     }
     std::vector<SyscallCounts> counts(pids.size());
     // Nested: every process is traced during the same calls.

@@ -29,6 +29,7 @@
 #include <cstring>
 #include <future>
 #include <mutex>
+#include <cstdlib>
 #include <stdexcept>
 #include <thread>
 
@@ -443,6 +444,14 @@ std::string echo_frame(std::string_view token, std::uint64_t id, std::string_vie
       fmt::format(R"({{"jsonrpc":"2.0","id":{},"method":"robot/run_keyword","params":{{"library_token":{},)"
                   R"("name":"Echo","args":[{}],"kwargs":{{}}}}}})",
                   id, protocol::quote(token), protocol::quote(payload)));
+}
+
+pid_t LoadGenerator::worker_pid(std::size_t index) {
+  const std::string text = call_keyword(index, "Get Pid");  // {"result":PID}
+  const auto colon = text.find(':');
+  const auto pid = static_cast<pid_t>(std::strtol(text.c_str() + (colon == std::string::npos ? 0 : colon + 1), nullptr, 10));
+  if (pid <= 0) throw std::runtime_error("Get Pid answered " + text);
+  return pid;
 }
 
 PairedLatencies paired_latencies(LoadGenerator& a, LoadGenerator& b, const std::string& payload, int rounds,

@@ -3,6 +3,8 @@
 // small and the same whichever server it measures. Also the floor: ping-pong between two threads.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +43,9 @@ class LoadGenerator {
   // Runs keyword `name` without arguments on open session `index`; returns the answer's result text
   // ({"result": VALUE}). Throws std::runtime_error on an error answer or a keyword failure.
   std::string call_keyword(std::size_t index, const std::string& name);
+  // The pid that keyword "Get Pid" names on open session `index` (its worker's, through the gateway).
+  // Throws std::runtime_error when the answer holds no pid.
+  pid_t worker_pid(std::size_t index);
   std::size_t sessions() const;
   // Closes every session's connection (the servers see the clients go away).
   void close();
