@@ -126,6 +126,7 @@ class Loader {
     check_prewarm_import(table, prefix, library);
     check_command_or_upstream(table, prefix, library);
     check_glob(table, prefix, library);
+    check_fork_server(table, prefix, library);
     // An exact entry serves one name: "{library}" is that name from the start (glob entries substitute it
     // at each import: concrete()).
     if (!library.is_glob() && !library.name.empty()) library = concrete(library, library.name), library.imported.clear();
@@ -164,7 +165,8 @@ class Loader {
                          "--max-bytes", std::to_string(library.max_answer_bytes)};
       return;
     }
-    for (std::string_view key : {"isolation", "prewarm", "prewarm_import", "rlimits", "cpu_affinity", "env", "cwd"}) {
+    for (std::string_view key :
+         {"isolation", "prewarm", "prewarm_import", "rlimits", "cpu_affinity", "env", "cwd", "fork_server", "preload"}) {
       if (const auto* node = table.get(key))
         reader_.problem(node->source(),
                         fmt::format("'{}.{}' does not apply to an upstream library: the gateway starts no process for "
@@ -178,6 +180,42 @@ class Loader {
     library.prewarm_import = plain.prewarm_import;
     library.rlimits = plain.rlimits;
     library.cpu_affinity = plain.cpu_affinity;
+  }
+
+  // fork_server: a library served by the reference server on stdio, one command for every import.
+  void check_fork_server(const toml::table& table, std::string_view prefix, Library& library) {
+    if (!library.fork_server) {
+      if (const auto* node = table.get("preload"))
+        reader_.problem(node->source(), fmt::format("'{}.preload' applies only with fork_server = true (it names what "
+                                                    "the fork server's template imports ahead); expected it removed, "
+                                                    "or fork_server = true",
+                                                    prefix));
+      return;
+    }
+    const auto* at = table.get("fork_server");
+    if (!library.upstream.empty()) return;  // refused with the other process settings
+    if (!library.classic_upstream.empty()) {
+      reader_.problem(at->source(), fmt::format("'{}.fork_server' does not apply to a classic remote server (http://): "
+                                                "its bridge worker is a native program; expected it removed",
+                                                prefix));
+      return;
+    }
+    if (library.is_glob()) {
+      reader_.problem(at->source(), fmt::format("'{}.fork_server' = true on glob entry \"{}\": a fork server preloads "
+                                                "one library, and the names a glob entry serves are not known ahead "
+                                                "of time; expected an entry per library, or fork_server = false",
+                                                prefix, library.name));
+      return;
+    }
+    if (!library.command.empty() && !reference_server_command(library.command)) {
+      std::string shown;
+      for (const auto& item : library.command) shown += (shown.empty() ? "\"" : ", \"") + item + "\"";
+      reader_.problem(at->source(), fmt::format("'{}.fork_server' = true needs a library served by the reference Python "
+                                                "server on stdio, command = [PYTHON, \"-m\", \"{}\", \"--stdio\", ...], "
+                                                "not [{}]: only that server's start-up can be forked from a template; "
+                                                "expected that command, or fork_server = false",
+                                                prefix, config::kReferenceServerModule, shown));
+    }
   }
 
   // Glob entries: the deny list, and no prewarm or sharing where the command depends on the imported name

@@ -112,6 +112,11 @@ struct Library {
   ResourceLimits rlimits;
   std::size_t max_imports_per_worker = 16;            // shared: tokens one worker holds at most
   CpuAffinity cpu_affinity = CpuAffinity::any;
+  // The reference server's workers forked from one preloaded template process per pool instead of each
+  // started afresh (gateway/supervisor/fork_server.hpp); only for a command reference_server_command()
+  // accepts. preload: modules the template imports ahead besides the libraries the command names.
+  bool fork_server = false;
+  std::vector<std::string> preload;
 
   PicklePolicy pickle = PicklePolicy::data_only;
   Arguments arguments = Arguments::auto_;
@@ -235,6 +240,16 @@ struct Config {
 
   const Library* find_library(std::string_view name) const;
 };
+
+// A command that runs the reference Python server on stdio: [PYTHON, PYTHON_OPTIONS..., "-m",
+// "robot_jsonrpcremote_server", ARGS...] with "--stdio" among ARGS. fork_server = true needs this shape:
+// the template runs the same interpreter with the same options, and the server's start-up with ARGS.
+struct ReferenceServerCommand {
+  std::vector<std::string> interpreter;  // PYTHON and its options
+  std::vector<std::string> server_args;  // ARGS
+};
+std::optional<ReferenceServerCommand> reference_server_command(const std::vector<std::string>& command);
+inline constexpr std::string_view kReferenceServerModule = "robot_jsonrpcremote_server";
 
 // The same library settings, wherever the table stands in the file.
 bool same_settings(const Library& a, const Library& b);

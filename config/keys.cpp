@@ -362,6 +362,24 @@ void load_deny(Reader& reader, const toml::node& node, const std::string& key, L
   library.deny = std::move(names);
 }
 
+void load_preload(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
+  auto* array = node.as_array();
+  if (!array) return reader.wrong_type(node, key, "an array of module names such as [\"SeleniumLibrary\"]");
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const toml::node& element = *array->get(i);
+    auto element_key = fmt::format("{}[{}]", key, i);
+    auto name = reader.get_string(element, element_key);
+    if (!name) continue;
+    if (!valid_import_name(*name)) {
+      reader.problem(element.source(), fmt::format("'{}' = \"{}\" is not a module name; expected letters, digits, '_' "
+                                                   "and '.', as Python imports it",
+                                                   element_key, *name));
+      continue;
+    }
+    library.preload.push_back(std::move(*name));
+  }
+}
+
 void load_command(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
   auto* array = node.as_array();
   if (!array) return reader.wrong_type(node, key, "an array of strings such as [\"robot-example-calculator\"]");
@@ -769,6 +787,22 @@ const std::vector<Key<Library>>& library_keys() {
                 "dotted part (`os` refuses `os.path` and `LabPower.os`). Setting it replaces the default list; `[]` "
                 "refuses nothing.",
          .load = load_deny},
+        // Library tables only: the shape of the command decides whether it applies (config.cpp checks it).
+        boolean("fork_server", &Library::fork_server,
+                "Workers of the reference Python server (`command = [PYTHON, \"-m\", \"robot_jsonrpcremote_server\", "
+                "\"--stdio\", ...]`) are forked from one template process that the gateway starts per library and "
+                "that has imported Robot Framework, the server and the library once, instead of each starting a "
+                "fresh interpreter: a fraction of the memory and start-up time per session. Each session is still "
+                "its own process. When the template cannot start, workers start the plain way (a WARN says why). "
+                "See doc/workers.md."),
+        {.name = "preload",
+         .type = "array of strings",
+         .default_text = "the libraries the command names",
+         .range = "module names; only with `fork_server = true`",
+         .doc = "Modules the fork server's template imports ahead of time besides the libraries its command names "
+                "(what the library imports lazily, say). A module that fails to import is logged and left to each "
+                "session; one that starts a thread keeps the template from forking (it says so).",
+         .load = load_preload},
         boolean("dotted", &Library::dotted,
                 "Glob entries only. Whether the entry serves names with a `.` where its wildcards stand (`LabPower.Tools` for "
                 "`Lab*`). Off, such names are refused: Robot's importer reads `LabPower.os` as the attribute `os` "

@@ -14,6 +14,26 @@ bool same_settings(const Library& a, const Library& b) {
   return a == moved;
 }
 
+std::optional<ReferenceServerCommand> reference_server_command(const std::vector<std::string>& command) {
+  if (command.empty()) return std::nullopt;
+  ReferenceServerCommand out{{command.front()}, {}};
+  std::size_t i = 1;
+  // The interpreter's own options before -m: flags ("-u", "-OO", "-I"), and -X and -W with their value.
+  while (i < command.size() && command[i] != "-m") {
+    const std::string& option = command[i];
+    if (option.size() < 2 || option[0] != '-' || option == "-c" || option == "--") return std::nullopt;
+    const bool takes_value = option == "-X" || option == "-W";
+    if (takes_value && i + 1 >= command.size()) return std::nullopt;
+    out.interpreter.insert(out.interpreter.end(), command.begin() + static_cast<std::ptrdiff_t>(i),
+                           command.begin() + static_cast<std::ptrdiff_t>(i + (takes_value ? 2 : 1)));
+    i += takes_value ? 2 : 1;
+  }
+  if (i + 1 >= command.size() || command[i + 1] != kReferenceServerModule) return std::nullopt;
+  out.server_args.assign(command.begin() + static_cast<std::ptrdiff_t>(i + 2), command.end());
+  if (std::find(out.server_args.begin(), out.server_args.end(), "--stdio") == out.server_args.end()) return std::nullopt;
+  return out;
+}
+
 bool is_glob(std::string_view name) { return name.find_first_of("*?") != std::string_view::npos; }
 bool Library::is_glob() const { return config::is_glob(name); }
 

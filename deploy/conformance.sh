@@ -12,8 +12,9 @@
 # A test tagged `gap` shows a known gap of issue 23 (its second tag says which). robot runs with
 # --skiponfailure gap: such a test that fails is reported as skipped, with its failure message, and one
 # that passes counts as passed, so closing a gap turns its tests green by itself. Every other test must
-# pass. Then the fork server's unittest tests (tests/fork_server) run, with one line for them, and the
-# Python benchmark's smoke run (rjg-bench-python --quick). The last line is robot's `conformance: N
+# pass. Then the reference server's suites run again with fork_server = true, the fork server's unittest
+# tests (tests/fork_server) run, with one line each, and the Python benchmark's smoke run
+# (rjg-bench-python --quick). The last line is robot's `conformance: N
 # passed, N failed, N skipped`.
 #
 #   deploy/conformance.sh                          every suite
@@ -57,9 +58,31 @@ status=0
 grep -avE '^[0-9]+ tests?, [0-9]+ passed, [0-9]+ failed' "$out/console.log" >&2 || true
 echo "conformance: robot's stderr (warnings, the peers' tracebacks): $out/stderr.log" >&2
 
-# The fork server's template on its own, against the same reference server (the gateway does not use it
-# yet: doc/workers.md). Its tests skip where the peers are missing, and fail then under
-# RJG_REQUIRE_CONFORMANCE=1, as above; they run inside the lab marker, so the scan below sees leftovers.
+# The reference server's suites once more with its workers forked from a template (fork_server = true on
+# Values, Fragile and the standard libraries): they must pass exactly as with plain starts, and the
+# gateway must have forked. Only in a whole run (robot options given: the suites they chose, once).
+forked_status=0
+if (($# == 0)); then
+  forked_out=$out/fork_server_suites
+  RJG_CONFORMANCE_FORK_SERVER=1 "$python" -m robot --outputdir "$forked_out" --skiponfailure gap --console dotted \
+    --consolewidth 100 --suite Values --suite "Logs And Failures" --suite "Lost Workers" \
+    --suite "Standard Libraries" "$top/tests/conformance" >"$forked_out.console.log" 2>"$forked_out.stderr.log" ||
+    forked_status=$?
+  counts=$(grep -aE '^[0-9]+ tests?, [0-9]+ passed, [0-9]+ failed' "$forked_out.console.log" | tail -n 1 || true)
+  forks=$(grep -c 'forked by the fork server pid' "$forked_out/lab/gateway.log" 2>/dev/null || true)
+  if ((forked_status || ${forks:-0} == 0)); then
+    grep -avE '^[0-9]+ tests?, [0-9]+ passed, [0-9]+ failed' "$forked_out.console.log" >&2 || true
+    echo "conformance: FAILED: the reference server's suites with fork_server = true (robot's exit status" \
+      "$forked_status; ${counts:-no counts}; ${forks:-0} workers forked); $forked_out" >&2
+    forked_status=1
+  else
+    echo "conformance: the reference server's suites again with fork_server = true: $counts; $forks workers" \
+      "forked; $forked_out" >&2
+  fi
+fi
+# The fork server's template on its own, against the same reference server. Its tests skip where the
+# peers are missing, and fail then under RJG_REQUIRE_CONFORMANCE=1, as above; they run inside the lab
+# marker, so the scan below sees leftovers.
 fork_status=0
 "$python" -m unittest discover -s "$top/tests/fork_server" -v >"$out/fork_server.log" 2>&1 || fork_status=$?
 if ((fork_status)); then
@@ -75,11 +98,11 @@ fi
 bench_status=0
 if [[ -x $build/bin/rjg-bench-python ]]; then
   "$build/bin/rjg-bench-python" --quick >"$out/bench_python.txt" 2>&1 || bench_status=$?
-  rows=$(grep -cE '^(python latency: (direct|gateway|added)|python: [0-9]+ sessions?|total) ' \
+  rows=$(grep -cE '^(python latency: (direct|gateway|added)|python: [0-9]+ sessions?|total|python startup: (cold|prewarmed|forked)) ' \
     "$out/bench_python.txt" || true)
-  if ((bench_status || rows != 6)); then
+  if ((bench_status || rows != 9)); then
     tail -n 20 "$out/bench_python.txt" >&2
-    echo "conformance: FAILED: rjg-bench-python --quick (exit status $bench_status, $rows of 6 rows);" \
+    echo "conformance: FAILED: rjg-bench-python --quick (exit status $bench_status, $rows of 9 rows);" \
       "$out/bench_python.txt" >&2
     bench_status=1
   else
@@ -134,4 +157,4 @@ if status:
 total = result.statistics.total
 print("conformance: %d passed, %d failed, %d skipped" % (total.passed, total.failed, total.skipped))
 EOF
-exit $((status != 0 || fork_status != 0 || bench_status != 0))
+exit $((status != 0 || forked_status != 0 || fork_status != 0 || bench_status != 0))

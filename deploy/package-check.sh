@@ -75,7 +75,10 @@ for f in lib/systemd/system/robot-jsonrpc-gateway.service lib/systemd/system/rob
          usr/share/doc/robot-jsonrpc-gateway/doc/status-page.png usr/share/doc/robot-jsonrpc-gateway/doc/configuration.md \
          usr/share/doc/robot-jsonrpc-gateway/doc/operations.md \
          usr/share/robot-jsonrpc-gateway/prometheus/robot-jsonrpc-gateway.rules.yml \
-         usr/share/robot-jsonrpc-gateway/grafana/robot-jsonrpc-gateway.json; do
+         usr/share/robot-jsonrpc-gateway/grafana/robot-jsonrpc-gateway.json \
+         usr/share/robot-jsonrpc-gateway/fork_server/robot_jsonrpc_fork_server.py \
+         usr/share/robot-jsonrpc-gateway/fork_server/robot_jsonrpc_fork_control.py \
+         usr/share/robot-jsonrpc-gateway/fork_server/robot_jsonrpc_fork_startup.py; do
   [[ -f $root/$f ]] || fail "/$f missing"
 done
 # The shipped rules and dashboard are the tested ones (tests/monitoring), byte for byte.
@@ -107,7 +110,7 @@ copyright=$root/usr/share/doc/robot-jsonrpc-gateway/copyright
 grep -q '^Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/$' "$copyright" 2>/dev/null ||
   fail "the copyright file is not in the machine-readable format (Format: line)"
 grep -qx 'License: Apache-2.0' "$copyright" 2>/dev/null || fail "the copyright file does not name the licence Apache-2.0"
-ok "contents: binaries and their man pages, units, sysusers.d, tmpfiles.d, /etc config (conffile), docs, licence, alerting rules and dashboard; Depends: $depends"
+ok "contents: binaries and their man pages, units, sysusers.d, tmpfiles.d, /etc config (conffile), docs, licence, alerting rules and dashboard, the fork server's program; Depends: $depends"
 
 # --- The packaged configuration: valid, and its workers found (pointed at the extracted tree) ----------
 sed "s#\"/usr/bin/#\"$root/usr/bin/#g" "$conf" >"$tmp/gateway.toml"

@@ -16,6 +16,9 @@
 #                              also copyright and changelog.gz
 #   PREFIX/share/man/man1, man8
 #                              the programs' man pages (doc/man), gzipped
+#   PREFIX/share/robot-jsonrpc-gateway/fork_server/*.py
+#                              the fork server's template program (workers/fork_server, its own install()
+#                              rule), which the gateway runs with a library's Python for fork_server = true
 #   PREFIX/share/robot-jsonrpc-gateway/prometheus/robot-jsonrpc-gateway.rules.yml
 #   PREFIX/share/robot-jsonrpc-gateway/grafana/robot-jsonrpc-gateway.json
 #                              the alerting rules and the Grafana dashboard (deploy/prometheus,

@@ -240,6 +240,26 @@ std::string metrics_text(const AdminSnapshot& s) {
       f.sample(library_label(name), static_cast<double>(of(name).start_failures.load(std::memory_order_relaxed)));
   }
   {
+    Family f(out, "worker_forks_total", "counter",
+             "Workers forked from a library's fork server (fork_server = true), by library; the rest of its "
+             "starts were plain.");
+    for (const auto& [name, lib] : libraries)
+      f.sample(library_label(name), static_cast<double>(of(name).workers_forked.load(std::memory_order_relaxed)));
+  }
+  {
+    Family f(out, "fork_server_starts_total", "counter",
+             "Fork server template processes started, by library: one, plus one per restart after it died.");
+    for (const auto& [name, lib] : libraries)
+      f.sample(library_label(name), static_cast<double>(of(name).fork_server_starts.load(std::memory_order_relaxed)));
+  }
+  {
+    Family f(out, "fork_server_ready", "gauge",
+             "1 while a library's fork server is ready to fork workers, 0 while it starts or is down (plain starts "
+             "meanwhile); only libraries with fork_server = true.");
+    for (const auto& pool : pools)
+      if (pool.fork_server && !pool.retired) f.sample(library_label(pool.library), pool.fork_server->state == "ready" ? 1 : 0);
+  }
+  {
     Family f(out, "library_backoff", "gauge",
              "1 while a library's worker starts back off after repeated failures (crash backoff), by library.");
     for (const auto& [name, lib] : libraries) {
@@ -322,6 +342,11 @@ json::object status_json(const AdminSnapshot& s) {
                          {"workers", std::move(workers)}};
     if (!pool.last_crash.empty())
       library["last_crash"] = json::object{{"what", pool.last_crash}, {"seconds_ago", pool.last_crash_seconds_ago}};
+    if (const auto& fork = pool.fork_server) {
+      json::object server{{"state", fork->state}, {"pid", fork->pid}, {"starts", fork->starts}, {"forks", fork->forks}};
+      if (!fork->problem.empty()) server["problem"] = fork->problem;
+      library["fork_server"] = std::move(server);
+    }
     // The settings of the configuration now (a retired pool's may differ: it shows none).
     if (!pool.retired)
       for (const auto& lib : config->libraries) {

@@ -132,6 +132,7 @@ std::string Server::status_text() const {
                                  context_.pools.waiting() == 1 ? "" : "s");
   if (context_.draining) text = fmt::format("draining: {} requests in flight; ", context_.requests_in_flight.load()) + text;
   if (auto backoffs = context_.pools.backoffs(); !backoffs.empty()) text += "; " + backoffs;
+  if (auto down = context_.pools.fork_servers_down(); !down.empty()) text += "; " + down;
   if (const auto& problem = reloader_.problem(); !problem.empty()) text += "; " + problem;
   return text;
 }

@@ -250,9 +250,19 @@ void libraries_table(Page& page, const json::object& status) {
     page.cell(w > 0 ? span("warn", count(w)) : count(w), true);
     page.cell(count(static_cast<double>(keywords)), true);
     page.cell(bytes(num(*l, "rss_bytes")), true);
-    page.cell(flag(*l, "backing_off")
-                  ? span("bad", fmt::format("backing off ({} failures in a row)", count(num(*l, "failures_in_a_row"))))
-                  : "");
+    std::string health = flag(*l, "backing_off") ? span("bad", fmt::format("backing off ({} failures in a row)",
+                                                                           count(num(*l, "failures_in_a_row"))))
+                                                  : "";
+    // fork_server = true: where its workers come from.
+    if (const auto* fork = l->if_contains("fork_server"); fork && fork->is_object()) {
+      const auto& f = fork->get_object();
+      const auto state = str(f, "state");
+      health += (health.empty() ? "" : " ") +
+                (state == "ready"  ? span("idle", fmt::format("fork server pid {} ready", count(num(f, "pid"))))
+                 : state == "down" ? span("warn", "fork server down: " + escape(str(f, "problem"), 300) + "; plain starts")
+                                   : span("idle", "fork server " + escape(state, 20)));
+    }
+    page.cell(health);
     if (const auto* crash = l->if_contains("last_crash"); crash && crash->is_object())
       page.cell(escape(str(crash->get_object(), "what"), 300) +
                 span("idle", fmt::format(" ({} ago)", duration(num(crash->get_object(), "seconds_ago")))));

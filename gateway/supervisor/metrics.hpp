@@ -48,6 +48,8 @@ struct LibraryMetrics {
   Counters<ExitReason> exits{};
   Counters<Direction> pickles_refused{};
   std::atomic<std::uint64_t> start_failures{0};  // a worker that did not come up (spawn, handshake, startup_timeout)
+  std::atomic<std::uint64_t> workers_forked{0};      // fork_server: workers its template made
+  std::atomic<std::uint64_t> fork_server_starts{0};  // fork_server: template processes started
   Histogram keyword_seconds;
   Histogram queue_wait_seconds;
 

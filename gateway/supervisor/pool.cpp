@@ -68,7 +68,10 @@ asio::awaitable<Ending> ending_of(std::shared_ptr<Worker> worker) {
 
 LibraryPool::LibraryPool(WorkerPools& owner, std::shared_ptr<const config::Library> library, std::size_t index)
     : owner_(owner), library_(std::move(library)), index_(index), metrics_(owner.metrics_.library(library_->name)),
-      prewarm_wake_(owner.executor_) {}
+      prewarm_wake_(owner.executor_) {
+  if (library_->fork_server && !library_->is_upstream())
+    fork_server_ = std::make_shared<ForkServer>(owner.executor_, library_, owner.reaper_, metrics_);
+}
 
 std::shared_ptr<Worker> LibraryPool::pick_shared(bool idle_only) {
   std::shared_ptr<Worker> best;
@@ -183,8 +186,11 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
   std::shared_ptr<Worker> worker;
   std::optional<WorkerError> failure;
   try {
+    // Forked from the library's template when it is ready; else (or when it cannot) started the plain way.
+    std::optional<ForkedProcess> forked;
+    if (fork_server_ && forks) forked = co_await fork_server_->fork(settings);
     // Started on its own loop, where it lives from now on.
-    worker = co_await runtime::run_on(home, Worker::start(home, settings, owner_.reaper_, owner_.options_));
+    worker = co_await runtime::run_on(home, Worker::start(home, settings, owner_.reaper_, owner_.options_, std::move(forked)));
   } catch (const WorkerError& e) {
     failure = e;
   }
@@ -280,6 +286,7 @@ void LibraryPool::retire(const std::shared_ptr<Worker>& worker, std::string reas
 
 void LibraryPool::retire(std::string reason) {
   retired_ = true;
+  if (fork_server_) fork_server_->stop();
   prewarm_wake_.set();
   for (auto& w : ready_)
     asio::co_spawn(w->executor(), w->stop("prewarmed, never used: " + reason), runtime::log_exceptions("retire"));
@@ -296,6 +303,7 @@ void LibraryPool::retire(std::string reason) {
 
 void LibraryPool::shutdown() {
   stopping_ = true;
+  if (fork_server_) fork_server_->stop();
   prewarm_wake_.set();
   ready_.clear();
   auto workers = workers_;

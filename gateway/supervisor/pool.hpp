@@ -5,6 +5,7 @@
 
 #include "common/runtime/async_event.hpp"
 #include "config/config.hpp"
+#include "gateway/supervisor/fork_server.hpp"
 #include "gateway/supervisor/lease.hpp"
 #include "gateway/supervisor/metrics.hpp"
 #include "gateway/supervisor/reaper.hpp"
@@ -123,6 +124,9 @@ class LibraryPool {
   runtime::AsyncEvent prewarm_wake_;
   bool stopping_ = false;
   bool retired_ = false;  // a reload replaced or removed the library (see retire)
+  // fork_server = true: the template its workers are forked from; stopped when the pool is retired or shut
+  // down (a new pool of new settings starts its own).
+  std::shared_ptr<ForkServer> fork_server_;
   std::size_t waiting_ = 0;  // imports waiting for capacity
 };
 
@@ -149,6 +153,15 @@ struct PoolView {
   // "worker 123 (...) died with exit status 3"; "": none since start. And how long ago.
   std::string last_crash;
   double last_crash_seconds_ago = 0;
+  // fork_server = true: its template's state ("starting", "ready", "down", "stopped"; "": none), pid (0
+  // when none runs), why it is down, and how many templates started and workers were forked.
+  struct ForkServerView {
+    std::string state;
+    pid_t pid = 0;
+    std::string problem;
+    std::uint64_t starts = 0, forks = 0;
+  };
+  std::optional<ForkServerView> fork_server;
 };
 
 class WorkerPools : public LeaseSource {
@@ -187,6 +200,9 @@ class WorkerPools : public LeaseSource {
   // "Lib backs off after 3 failed starts, ..." for the libraries whose workers keep failing to start
   // (a prewarm that keeps failing included); empty when none does.
   std::string backoffs() const;
+  // "the fork server of Lib is down (...): plain starts" for each library whose fork server is not ready
+  // after it failed (for STATUS=); empty when none.
+  std::string fork_servers_down() const;
   Metrics& metrics() { return metrics_; }
   // The pools' own loop: LibraryPool's members are called only there.
   const asio::any_io_executor& executor() const { return executor_; }

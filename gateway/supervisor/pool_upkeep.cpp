@@ -167,6 +167,8 @@ asio::awaitable<bool> LibraryPool::import_ahead(std::shared_ptr<Worker> worker) 
 }
 
 void LibraryPool::start_prewarm() {
+  // The template first: prewarmed workers are forks too (a start waits for the template to be ready).
+  if (fork_server_) fork_server_->start();
   asio::co_spawn(owner_.executor_, prewarm_loop(), runtime::log_exceptions("prewarm " + library_->name));
 }
 

@@ -132,9 +132,33 @@ bool runs_here(const boost::asio::any_io_executor& executor) {
 }
 }  // namespace
 
+ChildReaper::ForkWindow::ForkWindow(ChildReaper& reaper) : reaper_(&reaper) {
+  std::lock_guard lock(reaper.mutex_);
+  ++reaper.fork_windows_;
+}
+
+void ChildReaper::ForkWindow::close() {
+  ChildReaper* reaper = std::exchange(reaper_, nullptr);
+  if (!reaper) return;
+  std::lock_guard lock(reaper->mutex_);
+  if (--reaper->fork_windows_ > 0) return;
+  // Nobody claimed these: descendants of workers after all (see reap()).
+  for (const auto& [pid, how] : reaper->unclaimed_)
+    log::info("reaped pid {}, a worker's descendant reparented to the gateway; it ended with {}", pid, how.describe());
+  reaper->unclaimed_.clear();
+  if (std::exchange(reaper->scan_deferred_, false))
+    boost::asio::post(reaper->executor_, [reaper] { reaper->scan_orphans(); });
+}
+
 void ChildReaper::watch(pid_t pid, boost::asio::any_io_executor where, Callback on_exit) {
   {
     std::lock_guard lock(mutex_);
+    // A forked worker that ended before it was watched (in a fork window): it hears of that at once.
+    if (auto it = unclaimed_.find(pid); it != unclaimed_.end()) {
+      boost::asio::post(where, [callback = std::move(on_exit), status = it->second] { callback(status); });
+      unclaimed_.erase(it);
+      return;
+    }
     children_[pid] = Child{std::move(where), std::move(on_exit)};
   }
   // The child may already have ended before we started watching it.
@@ -179,6 +203,8 @@ void ChildReaper::reap() {
     } else if (auto o = orphans_.find(pid); o != orphans_.end()) {
       log::info("orphan pid {} ({}): reaped; it ended with {}", pid, o->second.command, how.describe());
       orphans_.erase(o);
+    } else if (fork_windows_ > 0) {
+      unclaimed_.emplace(pid, how);  // maybe a forked worker not yet watched: see ForkWindow
     } else {
       // A worker's descendant in the worker's group, killed with it (or one that ended before a scan
       // saw it).
@@ -220,6 +246,10 @@ void ChildReaper::signal_orphan(pid_t pid, const Orphan& orphan, int sig) {
 
 void ChildReaper::scan_orphans() {
   std::lock_guard lock(mutex_);  // children_
+  if (fork_windows_ > 0) {  // a child not yet watched may be a forked worker: scan once the windows close
+    scan_deferred_ = true;
+    return;
+  }
   std::unordered_set<pid_t> groups_seen;
   for (const auto& child : own_children()) {
     if (children_.count(child.pid)) continue;           // a worker

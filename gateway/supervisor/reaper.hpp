@@ -19,6 +19,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 namespace rjg::gateway::supervisor {
 
@@ -53,6 +54,28 @@ class ChildReaper {
   // Held while a child is started and watched on another loop, so the reaper cannot collect the new
   // child before it is known as a worker (it would then be logged as an orphan, its status lost).
   std::unique_lock<std::recursive_mutex> hold() { return std::unique_lock(mutex_); }
+  // Open from asking a fork server for a worker until that worker is watched (or the fork failed): its
+  // pid is learnt from the server's answer, and by then it may already be the gateway's child, or even
+  // have ended. While any window is open, a child reaped that nobody watches keeps its status for a
+  // watch() that claims it (instead of being logged as a worker's descendant and forgotten), and the
+  // orphan scan waits (it would take the new worker for an orphan and end it). Movable; closes when
+  // destroyed.
+  class ForkWindow {
+   public:
+    ForkWindow() = default;
+    explicit ForkWindow(ChildReaper& reaper);
+    ForkWindow(ForkWindow&& other) noexcept : reaper_(std::exchange(other.reaper_, nullptr)) {}
+    ForkWindow& operator=(ForkWindow&& other) noexcept {
+      if (this != &other) close(), reaper_ = std::exchange(other.reaper_, nullptr);
+      return *this;
+    }
+    ~ForkWindow() { close(); }
+    void close();
+
+   private:
+    ChildReaper* reaper_ = nullptr;
+  };
+  ForkWindow open_fork_window() { return ForkWindow(*this); }
   std::size_t watched() const {
     std::lock_guard lock(mutex_);
     return children_.size();
@@ -101,6 +124,11 @@ class ChildReaper {
   // worker's descendant.
   unsigned long long started_at_ = 0;
   runtime::AsyncEvent no_orphans_ending_;
+  // Fork windows (under mutex_): how many are open, the statuses of unknown children reaped meanwhile,
+  // and whether a scan for orphans waits for the last one to close.
+  std::size_t fork_windows_ = 0;
+  std::unordered_map<pid_t, ExitStatus> unclaimed_;
+  bool scan_deferred_ = false;
 };
 
 }  // namespace rjg::gateway::supervisor

@@ -33,7 +33,9 @@ bool inherited(std::string_view entry) {
   return true;
 }
 
-std::vector<std::string> build_environment(const config::Library& library) {
+}  // namespace
+
+std::vector<std::string> worker_environment(const config::Library& library) {
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     std::string_view entry(*e);
@@ -45,6 +47,8 @@ std::vector<std::string> build_environment(const config::Library& library) {
   for (const auto& [key, value] : library.env) env.push_back(key + "=" + value);
   return env;
 }
+
+namespace {
 
 // A pipe whose ends close on exec (start_child gives the child its own end as 0, 1 or 2).
 struct Pipe {
@@ -65,9 +69,11 @@ struct Pipe {
   Pipe& operator=(const Pipe&) = delete;
 };
 
+}  // namespace
+
 // The library's rlimits as start_child applies them: 0 means "not set", except for core_size, where 0
 // (no core dumps) is the usual wish.
-std::vector<std::pair<int, std::uint64_t>> limits_of(const config::ResourceLimits& limits) {
+std::vector<std::pair<int, std::uint64_t>> worker_limits(const config::ResourceLimits& limits) {
   std::vector<std::pair<int, std::uint64_t>> out;
   if (limits.address_space) out.emplace_back(RLIMIT_AS, limits.address_space);
   if (limits.open_files) out.emplace_back(RLIMIT_NOFILE, limits.open_files);
@@ -76,6 +82,8 @@ std::vector<std::pair<int, std::uint64_t>> limits_of(const config::ResourceLimit
   if (limits.core_size_set) out.emplace_back(RLIMIT_CORE, limits.core_size);
   return out;
 }
+
+namespace {
 
 // cpu_affinity = "one": the CPUs the gateway may use (read once), handed out in turn, so that the
 // workers spread over them. Empty when the mask cannot be read: the workers are then left unbound.
@@ -94,6 +102,15 @@ int next_cpu() {
 }
 
 }  // namespace
+
+int worker_cpu(const config::Library& library) {
+  return library.cpu_affinity == config::CpuAffinity::one ? next_cpu() : -1;
+}
+
+void OwnedFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
 
 ResolvedCommand resolve_command(const std::string& command0) {
   static const std::string self = process::self_directory();
@@ -125,7 +142,7 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
   // argv[0] is the file executed, as the worker was always started (Python derives sys.executable from it).
   options.argv.push_back(*executable);
   options.argv.insert(options.argv.end(), library.command.begin() + 1, library.command.end());
-  options.env = build_environment(library);
+  options.env = worker_environment(library);
   if (library.cwd) options.cwd = *library.cwd;
   options.stdin_fd = in.read;
   options.stdout_fd = out.write;
@@ -136,8 +153,8 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
   options.own_group = true;
   options.die_with_parent = false;
   // Limits apply to the worker and what it starts; a failure here fails the start, not the gateway.
-  options.limits = limits_of(library.rlimits);
-  if (library.cpu_affinity == config::CpuAffinity::one) options.cpu = next_cpu();
+  options.limits = worker_limits(library.rlimits);
+  options.cpu = worker_cpu(library);
 
   // The loop's pipes take the parent's ends first: once a child runs, nothing is left that could fail.
   SpawnedProcess child{-1, *executable, boost::asio::writable_pipe(executor), boost::asio::readable_pipe(executor),
@@ -174,6 +191,25 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
     throw SpawnError(std::error_code(error, std::system_category()), what);
   }
   // From here the pid is supervised by the Worker and the ChildReaper.
+  return child;
+}
+
+SpawnedProcess adopt_forked(boost::asio::any_io_executor executor, ForkedProcess& forked) {
+  SpawnedProcess child{forked.pid, forked.executable, boost::asio::writable_pipe(executor),
+                       boost::asio::readable_pipe(executor), boost::asio::readable_pipe(executor)};
+  boost::system::error_code ec;
+  auto adopt = [&](auto& pipe, OwnedFd& fd) {
+    if (ec) return;
+    pipe.assign(fd.get(), ec);
+    if (!ec) fd.release();
+  };
+  adopt(child.stdin_pipe, forked.stdin_write);
+  adopt(child.stdout_pipe, forked.stdout_read);
+  adopt(child.stderr_pipe, forked.stderr_read);
+  if (ec)
+    throw SpawnError(std::error_code(ec.value(), std::system_category()),
+                     fmt::format("the forked worker pid {}: its pipes cannot join the event loop: {}", forked.pid,
+                                 ec.message()));
   return child;
 }
 

@@ -4,6 +4,7 @@
 
 #include "common/process/child.hpp"
 #include "config/config.hpp"
+#include "gateway/supervisor/reaper.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/readable_pipe.hpp>
@@ -12,6 +13,7 @@
 #include <sys/types.h>
 
 #include <optional>
+#include <utility>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -27,6 +29,46 @@ struct SpawnedProcess {
 };
 
 using process::ResolvedCommand;
+
+// A descriptor closed when its owner goes.
+class OwnedFd {
+ public:
+  OwnedFd() = default;
+  explicit OwnedFd(int fd) : fd_(fd) {}
+  OwnedFd(OwnedFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  OwnedFd& operator=(OwnedFd&& other) noexcept {
+    if (this != &other) reset(std::exchange(other.fd_, -1));
+    return *this;
+  }
+  ~OwnedFd() { reset(); }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// A worker a fork server made (fork_server.hpp): its pid, the gateway's ends of its pipes, and the fork
+// window that keeps the reaper from losing it until Worker::start watches it.
+struct ForkedProcess {
+  pid_t pid = -1;
+  std::string executable;  // what the logs call it: the template's program and pid
+  OwnedFd stdin_write, stdout_read, stderr_read;
+  ChildReaper::ForkWindow window;
+};
+
+// The forked process's pipes on `executor`'s loop, as spawn_worker returns a started one's. Throws
+// SpawnError when a pipe cannot join the loop.
+struct SpawnedProcess;
+SpawnedProcess adopt_forked(boost::asio::any_io_executor executor, ForkedProcess& forked);
+
+// What a worker of `library` starts with, shared by plain starts and fork servers: the gateway's
+// environment minus service-manager variables plus the library's env; the library's rlimits as
+// start_child applies them; for cpu_affinity = "one", the next CPU in turn (-1: unbound).
+std::vector<std::string> worker_environment(const config::Library& library);
+std::vector<std::pair<int, std::uint64_t>> worker_limits(const config::ResourceLimits& limits);
+int worker_cpu(const config::Library& library);
 
 // Finds command[0] as a worker start does, and as --check-config does (one function for both, so the
 // check and the start agree): process::resolve_command in the gateway's own PATH (not the library's

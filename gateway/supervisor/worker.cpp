@@ -86,7 +86,8 @@ std::string Worker::subject_lower() const {
 }
 
 asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor executor, const config::Library& library,
-                                                       ChildReaper& reaper, const WorkerOptions& options) {
+                                                       ChildReaper& reaper, const WorkerOptions& options,
+                                                       std::optional<ForkedProcess> forked) {
   if (library.is_upstream()) {
     auto worker = co_await connect(executor, library, options);
     co_await begin(worker);
@@ -96,7 +97,7 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor exe
   auto spawning = reaper.hold();
   std::optional<SpawnedProcess> process;
   try {
-    process.emplace(spawn_worker(executor, library));
+    process.emplace(forked ? adopt_forked(executor, *forked) : spawn_worker(executor, library));
   } catch (const std::system_error& e) {
     log::error("library {}: cannot start worker: {}", library.label(), e.what());
     throw WorkerError(protocol::kWorkerFailed,
@@ -113,6 +114,7 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor exe
   reaper.watch(worker->pid_, executor, [weak](ExitStatus status) {
     if (auto w = weak.lock()) w->on_exit(status);
   });
+  if (forked) forked->window.close();  // watched: the reaper may forget unknown children again
   spawning.unlock();
   co_await begin(worker);
   co_return worker;

@@ -61,10 +61,12 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // Spawns the library's worker and completes the initialize/initialized handshake; for an upstream
   // library, connects to the upstream server instead (connect_timeout) and does the same handshake there:
   // the connection then behaves as a worker does, with no process behind it.
+  // forked: a worker a fork server already made (fork_server.hpp), adopted instead of spawning one.
   // Throws WorkerError naming the library, the pid (or upstream address) and the reason (with its stderr tail).
   static asio::awaitable<std::shared_ptr<Worker>> start(asio::any_io_executor executor,
                                                         const config::Library& library, ChildReaper& reaper,
-                                                        const WorkerOptions& options);
+                                                        const WorkerOptions& options,
+                                                        std::optional<ForkedProcess> forked = std::nullopt);
 
   ~Worker();
 

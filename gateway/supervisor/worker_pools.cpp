@@ -203,6 +203,18 @@ std::string WorkerPools::backoffs() const {
   return text;
 }
 
+std::string WorkerPools::fork_servers_down() const {
+  std::string text;
+  for (const auto& p : pools_) {
+    if (!p->fork_server_) continue;
+    const auto v = p->fork_server_->view();
+    if (v.state == ForkServer::State::down)
+      text += fmt::format("{}the fork server of {} is down ({}): plain starts", text.empty() ? "" : ", ",
+                          p->library().name, v.problem);
+  }
+  return text;
+}
+
 std::vector<PoolView> WorkerPools::view() const {
   std::vector<PoolView> out;
   const auto now = clock::now();
@@ -224,6 +236,10 @@ std::vector<PoolView> WorkerPools::view() const {
                            w->is_upstream() ? w->where().substr(9) : std::string(),
                            w->library() != p.library().name ? w->library() : std::string()});
     }
+    if (p.fork_server_) {
+      const auto f = p.fork_server_->view();
+      v.fork_server = PoolView::ForkServerView{ForkServer::state_name(f.state), f.pid, f.problem, f.starts, f.forks};
+    }
     out.push_back(std::move(v));
   };
   for (const auto& p : pools_) add(*p, false);
@@ -239,6 +255,10 @@ asio::awaitable<void> WorkerPools::shutdown() {
   const auto deadline = clock::now() + 5min;
   while (live_ > 0 && clock::now() < deadline) co_await wait_for_capacity(deadline);
   if (live_ > 0) log::error("{} workers still not gone after shutdown", live_);
+  // Fork servers' templates: they exit when their control socket closes (SIGKILL after shutdown_grace).
+  for (const auto* pools : {&pools_, &retired_})
+    for (const auto& p : *pools)
+      if (p->fork_server_) co_await p->fork_server_->wait_gone(deadline);
   // What the workers left behind goes with them (end_orphans), before the gateway exits and they
   // would be reparented out of its reach.
   co_await reaper_.end_orphans_now();

@@ -6,7 +6,10 @@
 //               gateway with one worker process per session (`isolation = "session"`, each worker the
 //               server over its stdin and stdout) against one server process serving every session;
 //   syscalls    system calls per keyword (strace -c -f) of the server over TCP, and of the gateway
-//               and its worker, the same server over pipes.
+//               and its worker, the same server over pipes;
+//   startup     per session, one after another: set-up time (connect, import, first keyword) and the
+//               worker's private memory after 200 keywords (/proc/PID/smaps_rollup), workers started
+//               cold, prewarmed, and forked from a fork server (fork_server = true).
 //
 // CPU per keyword is every thread's time on a CPU (/proc/PID/task/*/schedstat) over the measured
 // window: the gateway plus its workers against the direct server; the load generator is not counted.
@@ -64,6 +67,9 @@ struct Options {
   int strace_calls = 2000;
   std::string cpu_affinity;  // the gateway library's cpu_affinity; empty: left out ("any")
   std::size_t shared_workers = 0;  // sessions rows: 0 = a worker per session; else isolation "shared"
+  std::size_t startup_sessions = 8;  // startup rows: sessions per kind of start
+  int startup_keywords = 200;
+  std::string only;  // one section: latency, sessions, syscalls, startup; empty: all
 };
 
 constexpr std::string_view kUsage = R"(Usage: rjg-bench-python [--quick] [options]
@@ -84,6 +90,8 @@ Options (defaults in brackets):
                           over them (a fresh gateway per row), instead of a worker per session [0]
   --strace-calls N        syscalls: sequential calls traced per target (strace -c -f) [2000]
   --payload-bytes N       Echo's argument [16]
+  --startup-sessions N    startup: sessions per kind of start (cold, prewarmed, forked) [8]
+  --only SECTION          one section: latency, sessions, syscalls or startup [all]
 )";
 
 std::vector<std::size_t> size_list(const std::string& text) {
@@ -116,6 +124,14 @@ Options parse_options(int argc, char** argv) {
       o.seconds = 1;
       o.warmup_seconds = 0.5;
       o.strace_calls = 200;
+      o.startup_sessions = 2;
+      o.startup_keywords = 50;
+    } else if (a == "--startup-sessions") {
+      o.startup_sessions = static_cast<std::size_t>(std::clamp(std::atoi(next().c_str()), 1, 64));
+    } else if (a == "--only") {
+      o.only = next();
+      if (o.only != "latency" && o.only != "sessions" && o.only != "syscalls" && o.only != "startup")
+        throw std::invalid_argument("--only takes latency, sessions, syscalls or startup, not '" + o.only + "'");
     } else if (a == "--python") {
       o.python = next();
     } else if (a == "--rounds") {
@@ -348,6 +364,78 @@ void syscalls(const Options& o, GatewayProcess& gateway, DirectServer& direct) {
                            g[0].total / k);
 }
 
+// Private memory of a process (Private_Clean + Private_Dirty of /proc/PID/smaps_rollup), in bytes; 0 when
+// it cannot be read.
+std::uint64_t private_bytes(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/smaps_rollup", pid));
+  std::uint64_t kib = 0;
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("Private_Clean:") || line.starts_with("Private_Dirty:"))
+      kib += std::strtoull(line.c_str() + line.find(':') + 1, nullptr, 10);
+  return kib * 1024;
+}
+
+// Set-up per session and memory per worker, by kind of start: each session in turn connects, imports and
+// runs its first keyword (the set-up time), then 200 more; the worker's private memory is read with every
+// session still open. A first session, not counted, warms the disk cache (and waits for the template).
+void startup(const Options& o, const fs::path& library_dir) {
+  const std::size_t n = o.startup_sessions;
+  std::cout << fmt::format(
+      "\n== startup: {} sessions one after another per kind of start; set-up = connect, import and the first "
+      "keyword; private memory (smaps_rollup) of each worker after {} keywords, all sessions open\n",
+      n, o.startup_keywords);
+  std::cout << fmt::format("{:<30} {:>12} {:>12} {:>14} {:>14}\n", "row", "p50 ms", "max ms", "private MiB",
+                           "of template");
+  struct Row {
+    double p50_ms = 0;
+    double private_mib = 0;
+  };
+  auto run = [&](const char* label, const std::string& toml) {
+    auto gateway = start_gateway(python_library(o, library_dir, toml));
+    {
+      auto c = gateway->connect();
+      const auto token = open_library(c, kLibrary);
+      c.run_keyword(token, "Echo", json::array{"warm"});
+    }
+    std::vector<double> setup_ms;
+    std::vector<std::pair<rjg::client::RpcClient, std::string>> open;
+    for (std::size_t i = 0; i < n; ++i) {
+      // A prewarmed worker is started again after each import: give it the time a quiet pool would have.
+      if (toml.find("prewarm") != std::string::npos) std::this_thread::sleep_for(2500ms);
+      const auto t0 = Clock::now();
+      auto c = gateway->connect();
+      const auto token = open_library(c, kLibrary);
+      const auto first = c.run_keyword(token, "Echo", json::array{"first"});
+      setup_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      if (!first.ok() || first.keyword_error()) throw std::runtime_error("startup: first keyword failed: " + describe(first));
+      open.emplace_back(std::move(c), token);
+    }
+    std::vector<double> mib;
+    for (auto& [c, token] : open) {
+      for (int k = 0; k < o.startup_keywords; ++k) c.run_keyword(token, "Echo", json::array{k});
+      const auto pid = static_cast<pid_t>(as_int(keyword_value(c.run_keyword(token, "Get Pid"))));
+      mib.push_back(static_cast<double>(private_bytes(pid)) / (1024.0 * 1024.0));
+    }
+    std::string template_mib = "-";
+    for (const auto& child : children_of(gateway->pid()))
+      if (contains(read_file(fmt::format("/proc/{}/cmdline", child.pid)), "robot_jsonrpc_fork_server"))
+        template_mib = fmt::format("{:.1f}", static_cast<double>(private_bytes(child.pid)) / (1024.0 * 1024.0));
+    const Row row{percentile(setup_ms, 50), mean(mib)};
+    std::cout << fmt::format("{:<30} {:>12.0f} {:>12.0f} {:>14.1f} {:>14}\n", fmt::format("python startup: {}", label),
+                             row.p50_ms, *std::max_element(setup_ms.begin(), setup_ms.end()), row.private_mib,
+                             template_mib)
+              << std::flush;
+    return row;
+  };
+  const Row cold = run("cold", "");
+  const Row prewarmed = run("prewarmed", fmt::format("prewarm = {}\n", std::min<std::size_t>(n, 4)));
+  const Row forked = run("forked (fork_server)", "fork_server = true\n");
+  std::cout << fmt::format("forked/cold: set-up p50 {}, private memory {} (issue 25's targets: at most 50 ms and 8 MiB); "
+                           "forked/prewarmed set-up {}\n",
+                           ratio_text(forked.p50_ms, cold.p50_ms), ratio_text(forked.private_mib, cold.private_mib),
+                           ratio_text(forked.p50_ms, prewarmed.p50_ms));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -381,9 +469,11 @@ int main(int argc, char** argv) {
                              "cores; the gateway's workers: cpu_affinity = \"{}\"\n",
                              o.python, kLibrary, std::thread::hardware_concurrency(),
                              o.cpu_affinity.empty() ? "any" : o.cpu_affinity);
-    latency(o, gateway, direct);
-    sessions(o, gateway, direct, library_dir);
-    syscalls(o, gateway, direct);
+    auto wanted = [&](std::string_view section) { return o.only.empty() || o.only == section; };
+    if (wanted("latency")) latency(o, gateway, direct);
+    if (wanted("sessions")) sessions(o, gateway, direct, library_dir);
+    if (wanted("syscalls")) syscalls(o, gateway, direct);
+    if (wanted("startup")) startup(o, library_dir);
   } catch (const std::exception& e) {
     std::cerr << "rjg-bench-python: " << e.what() << "\n";
     return 1;

@@ -1828,3 +1828,70 @@ TEST(GlobNames, MatchAndValidity) {
   EXPECT_TRUE(valid_import_name(std::string(rjg::config::kMaxImportName, 'a')));
   EXPECT_FALSE(valid_import_name(std::string(rjg::config::kMaxImportName + 1, 'a')));
 }
+
+namespace rjg::config {
+namespace {
+
+TEST(ReferenceServerCommandTest, AcceptsTheServersStdioFormWithInterpreterOptions) {
+  auto plain = reference_server_command({"python3", "-m", "robot_jsonrpcremote_server", "--stdio", "Lib"});
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->interpreter, (std::vector<std::string>{"python3"}));
+  EXPECT_EQ(plain->server_args, (std::vector<std::string>{"--stdio", "Lib"}));
+  auto options = reference_server_command(
+      {"/venv/bin/python", "-X", "dev", "-u", "-W", "error", "-m", "robot_jsonrpcremote_server", "Lib", "--stdio"});
+  ASSERT_TRUE(options);
+  EXPECT_EQ(options->interpreter, (std::vector<std::string>{"/venv/bin/python", "-X", "dev", "-u", "-W", "error"}));
+  EXPECT_EQ(options->server_args, (std::vector<std::string>{"Lib", "--stdio"}));
+  // Not that form: another module, no --stdio (a TCP server), a script, -c, a dangling -X.
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"python3", "-m", "other_server", "--stdio"},
+        {"python3", "-m", "robot_jsonrpcremote_server", "--tcp", "127.0.0.1:1"},
+        {"python3", "server.py", "-m", "robot_jsonrpcremote_server", "--stdio"},
+        {"python3", "-c", "import x", "-m", "robot_jsonrpcremote_server", "--stdio"},
+        {"python3", "-X"},
+        {"python3", "-m"},
+        {"robot-test-worker", "--stdio"}})
+    EXPECT_FALSE(reference_server_command(command)) << ::testing::PrintToString(command);
+}
+
+}  // namespace
+}  // namespace rjg::config
+
+TEST_F(ConfigTest, ForkServerNeedsTheReferenceServerOnStdio) {
+  auto config = load(R"([[library]]
+name = "Browser"
+command = ["/venv/bin/python", "-m", "robot_jsonrpcremote_server", "--stdio", "SeleniumLibrary"]
+fork_server = true
+preload = ["selenium.webdriver", "SeleniumLibrary.keywords"]
+[[library]]
+name = "Plain"
+command = ["python3", "-m", "robot_jsonrpcremote_server", "--stdio", "Plain"]
+)");
+  ASSERT_EQ(config.libraries.size(), 2u);
+  EXPECT_TRUE(config.libraries[0].fork_server);
+  EXPECT_EQ(config.libraries[0].preload, (std::vector<std::string>{"selenium.webdriver", "SeleniumLibrary.keywords"}));
+  EXPECT_FALSE(config.libraries[1].fork_server);
+  EXPECT_TRUE(config.libraries[1].preload.empty());
+
+  expect_one_problem("[[library]]\nname = \"A\"\ncommand = [\"robot-test-worker\", \"--stdio\"]\nfork_server = true\n", 4,
+                     {"'library[0].fork_server' = true needs a library served by the reference Python server",
+                      "not [\"robot-test-worker\", \"--stdio\"]", "fork_server = false"});
+  expect_one_problem("[[library]]\nname = \"A\"\ncommand = [\"python3\", \"-m\", \"robot_jsonrpcremote_server\", "
+                     "\"--tcp\", \"127.0.0.1:1\"]\nfork_server = true\n",
+                     4, {"needs a library served by the reference Python server", "\"--stdio\""});
+  expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"tcp://h:1\"\nfork_server = true\n", 4,
+                     {"fork_server", "does not apply to an upstream"});
+  expect_one_problem("[[library]]\nname = \"A\"\nupstream = \"http://h:1/\"\nfork_server = true\n", 4,
+                     {"fork_server", "does not apply to a classic remote server"});
+  expect_one_problem("[[library]]\nname = \"Lab*\"\ncommand = [\"python3\", \"-m\", \"robot_jsonrpcremote_server\", "
+                     "\"--stdio\", \"{library}\"]\nfork_server = true\n",
+                     4, {"on glob entry \"Lab*\"", "not known ahead of time"});
+  expect_one_problem("[[library]]\nname = \"A\"\ncommand = [\"python3\", \"-m\", \"robot_jsonrpcremote_server\", "
+                     "\"--stdio\", \"A\"]\npreload = [\"x\"]\n",
+                     4, {"'library[0].preload' applies only with fork_server = true"});
+  expect_one_problem("[[library]]\nname = \"A\"\ncommand = [\"python3\", \"-m\", \"robot_jsonrpcremote_server\", "
+                     "\"--stdio\", \"A\"]\nfork_server = true\npreload = [\"os; rm\"]\n",
+                     5, {"'library[0].preload[0]' = \"os; rm\" is not a module name"});
+  expect_one_problem("[defaults]\nfork_server = true\n[[library]]\nname = \"A\"\ncommand = [\"a\"]\n", 2,
+                     {"unknown key 'fork_server' in [defaults]"});
+}

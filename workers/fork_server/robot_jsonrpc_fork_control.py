@@ -11,9 +11,10 @@ object in UTF-8, at most 65536 bytes; packets keep their boundaries, so no lengt
       (a template that cannot get ready sends nothing: it says why on stderr and exits with status 3)
   gateway -> template, one per worker, with exactly three descriptors attached (SCM_RIGHTS):
       the worker's stdin (read end), stdout (write end) and stderr (write end), in that order:
-      {"v": 1, "id": ID, "rlimits": {"as": N, "nofile": N, "cpu": N, "nproc": N, "core": N}}
+      {"v": 1, "id": ID, "rlimits": {"as": N, "nofile": N, "cpu": N, "nproc": N, "core": N}, "cpu": C}
       (ID: any JSON number or string, echoed; every rlimit is optional, each sets soft = hard = N,
-      as a plain start does)
+      as a plain start does; "cpu", optional: the worker is bound to CPU C, as cpu_affinity = "one"
+      binds a plain start)
   template -> gateway, one per request, in request order:
       {"v": 1, "id": ID, "pid": WORKER_PID}         the worker runs; it is the gateway's child
       {"v": 1, "id": ID, "error": "TEXT"}           no worker was made; TEXT says why and what to do
@@ -60,10 +61,11 @@ class BadRequest(ValueError):
 
 
 class Request:
-    def __init__(self, request_id, fds, limits):
+    def __init__(self, request_id, fds, limits, cpu=None):
         self.id = request_id
         self.fds = fds  # stdin, stdout, stderr, received; the template closes them once it has forked
         self.limits = limits  # [(wire name, resource constant, value)]
+        self.cpu = cpu  # None, or the one CPU the worker runs on
 
 
 class ControlSocket:
@@ -131,7 +133,10 @@ def parse_request(data, fds, flags):
         if len(fds) != 3:
             raise ValueError(f"a request carries 3 descriptors (stdin, stdout, stderr), not {len(fds)}")
         rlimits = request.get("rlimits")
-        return Request(request_id, fds, limits_of({} if rlimits is None else rlimits))
+        cpu = request.get("cpu")
+        if cpu is not None and (not isinstance(cpu, int) or isinstance(cpu, bool) or cpu < 0):
+            raise ValueError(f"cpu must be a non-negative integer, not {cpu!r}")
+        return Request(request_id, fds, limits_of({} if rlimits is None else rlimits), cpu)
     except ValueError as error:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too
         raise BadRequest(request_id, f"bad request: {error}") from None
 
@@ -256,6 +261,15 @@ class Forker:
                     os.write(report_w, f"cannot set rlimit '{key}' to {value} on the new worker: "
                              f"{getattr(error, 'strerror', None) or error}; lower it in the library's rlimits "
                              "(a limit cannot be raised above the gateway's own hard limit)".encode())
+                    os._exit(1)
+            if request.cpu is not None:
+                try:
+                    os.sched_setaffinity(worker, {request.cpu})
+                except OSError as error:
+                    os.kill(worker, signal.SIGKILL)
+                    os.waitpid(worker, 0)
+                    os.write(report_w, f"cannot bind the new worker to CPU {request.cpu} (cpu_affinity = \"one\"): "
+                             f"{error.strerror}".encode())
                     os._exit(1)
             os.write(report_w, f"pid {worker}".encode())
             # Closed before exiting: tearing down this process's copy of the template's memory takes

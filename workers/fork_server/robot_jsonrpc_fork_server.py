@@ -7,7 +7,7 @@ once, in one process (the template), stops exactly where the reference server wo
 from there forks one child per session. A child shares the template's pages until it writes to them, so
 it costs only what its own session touches.
 
-Usage (the gateway is meant to start it; today it does not, see doc/workers.md):
+Usage (the gateway starts it for a library with fork_server = true; see doc/workers.md):
 
     PYTHON robot_jsonrpc_fork_server.py [--name LIBRARY] [--control-fd N] [--preload MODULE]... \\
         -- SERVER_ARGS...

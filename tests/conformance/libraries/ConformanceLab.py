@@ -110,6 +110,9 @@ class ConformanceLab:
             "classic_server": toml_string(f"http://127.0.0.1:{classic_port}/"),
             # The same server as one older than Robot 4 (no get_library_information; classic_server.py).
             "classic_server_old": toml_string(f"http://127.0.0.1:{classic_port}/old"),
+            # deploy/conformance.sh runs the reference server's suites a second time with its workers
+            # forked from a template (fork_server = true).
+            "fork_server": "true" if os.environ.get("RJG_CONFORMANCE_FORK_SERVER") == "1" else "false",
         }
         template = string.Template((SUITES / "gateway.toml").read_text())
         tcp_config = self._dir / "gateway.toml"
