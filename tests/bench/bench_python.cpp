@@ -66,6 +66,7 @@ struct Options {
   std::size_t payload_bytes = 16;
   int strace_calls = 2000;
   std::string cpu_affinity;  // the gateway library's cpu_affinity; empty: left out ("any")
+  bool fork_server = false;  // the gateway library's fork_server (latency, sessions, syscalls)
   std::size_t shared_workers = 0;  // sessions rows: 0 = a worker per session; else isolation "shared"
   std::size_t startup_sessions = 8;  // startup rows: sessions per kind of start
   int startup_keywords = 200;
@@ -86,6 +87,7 @@ Options (defaults in brackets):
   --sessions LIST         sessions rows: session counts [1,8,32]
   --seconds S             sessions rows: measured seconds per target, after 1 s of warm-up [3]
   --cpu-affinity MODE     the gateway library's cpu_affinity ("one": each worker on one CPU) [any]
+  --fork-server           the gateway library's workers forked from a template (fork_server = true)
   --shared-workers N      sessions rows: isolation = "shared" with N workers, the sessions spread evenly
                           over them (a fresh gateway per row), instead of a worker per session [0]
   --strace-calls N        syscalls: sequential calls traced per target (strace -c -f) [2000]
@@ -144,6 +146,8 @@ Options parse_options(int argc, char** argv) {
       o.seconds = std::max(0.1, std::atof(next().c_str()));
     } else if (a == "--shared-workers") {
       o.shared_workers = static_cast<std::size_t>(std::max(0, std::atoi(next().c_str())));
+    } else if (a == "--fork-server") {
+      o.fork_server = true;
     } else if (a == "--cpu-affinity") {
       o.cpu_affinity = next();
     } else if (a == "--strace-calls") {
@@ -186,6 +190,7 @@ LibrarySpec python_library(const Options& o, const fs::path& library_dir, const 
   auto library = command_library(kLibrary, {o.python, "-m", "robot_jsonrpcremote_server", "--stdio", "--pythonpath",
                                             library_dir.string(), kLibrary});
   if (!o.cpu_affinity.empty()) library.extra_toml = fmt::format("cpu_affinity = \"{}\"\n", o.cpu_affinity);
+  if (o.fork_server) library.extra_toml += "fork_server = true\n";
   library.extra_toml += extra_toml;
   return library;
 }
@@ -206,10 +211,19 @@ std::uint64_t gateway_cpu_ns(const GatewayProcess& gateway, const std::vector<pi
   return ns;
 }
 
+// Whether pid is a fork server's template (fork_server = true): a child of the gateway, not a worker. Its
+// workers have its command line (they are forks, not programs started afresh); the template alone has
+// its control socket, not a pipe, as stdin.
+bool is_template(pid_t pid) {
+  std::error_code ec;
+  return contains(read_file(fmt::format("/proc/{}/cmdline", pid)), "robot_jsonrpc_fork_server") &&
+         fs::read_symlink(fmt::format("/proc/{}/fd/0", pid), ec).string().starts_with("socket:");
+}
+
 std::vector<pid_t> workers_of(const GatewayProcess& gateway) {
   std::vector<pid_t> out;
   for (const auto& child : children_of(gateway.pid()))
-    if (child.state != 'Z') out.push_back(child.pid);
+    if (child.state != 'Z' && !is_template(child.pid)) out.push_back(child.pid);
   return out;
 }
 
@@ -384,14 +398,16 @@ void startup(const Options& o, const fs::path& library_dir) {
       "\n== startup: {} sessions one after another per kind of start; set-up = connect, import and the first "
       "keyword; private memory (smaps_rollup) of each worker after {} keywords, all sessions open\n",
       n, o.startup_keywords);
-  std::cout << fmt::format("{:<30} {:>12} {:>12} {:>14} {:>14}\n", "row", "p50 ms", "max ms", "private MiB",
+  std::cout << fmt::format("{:<38} {:>12} {:>12} {:>14} {:>14}\n", "row", "p50 ms", "max ms", "private MiB",
                            "of template");
   struct Row {
     double p50_ms = 0;
     double private_mib = 0;
   };
+  Options each = o;
+  each.fork_server = false;  // set row by row below
   auto run = [&](const char* label, const std::string& toml) {
-    auto gateway = start_gateway(python_library(o, library_dir, toml));
+    auto gateway = start_gateway(python_library(each, library_dir, toml));
     {
       auto c = gateway->connect();
       const auto token = open_library(c, kLibrary);
@@ -418,10 +434,10 @@ void startup(const Options& o, const fs::path& library_dir) {
     }
     std::string template_mib = "-";
     for (const auto& child : children_of(gateway->pid()))
-      if (contains(read_file(fmt::format("/proc/{}/cmdline", child.pid)), "robot_jsonrpc_fork_server"))
+      if (is_template(child.pid))
         template_mib = fmt::format("{:.1f}", static_cast<double>(private_bytes(child.pid)) / (1024.0 * 1024.0));
     const Row row{percentile(setup_ms, 50), mean(mib)};
-    std::cout << fmt::format("{:<30} {:>12.0f} {:>12.0f} {:>14.1f} {:>14}\n", fmt::format("python startup: {}", label),
+    std::cout << fmt::format("{:<38} {:>12.0f} {:>12.0f} {:>14.1f} {:>14}\n", fmt::format("python startup: {}", label),
                              row.p50_ms, *std::max_element(setup_ms.begin(), setup_ms.end()), row.private_mib,
                              template_mib)
               << std::flush;
@@ -466,9 +482,9 @@ int main(int argc, char** argv) {
     auto gateway_holder = start_gateway(python_library(o, library_dir));
     GatewayProcess& gateway = *gateway_holder;
     std::cout << fmt::format("rjg-bench-python: {} -m robot_jsonrpcremote_server, library {} (Echo, Get Pid); {} "
-                             "cores; the gateway's workers: cpu_affinity = \"{}\"\n",
+                             "cores; the gateway's workers: cpu_affinity = \"{}\"{}\n",
                              o.python, kLibrary, std::thread::hardware_concurrency(),
-                             o.cpu_affinity.empty() ? "any" : o.cpu_affinity);
+                             o.cpu_affinity.empty() ? "any" : o.cpu_affinity, o.fork_server ? ", fork_server = true" : "");
     auto wanted = [&](std::string_view section) { return o.only.empty() || o.only == section; };
     if (wanted("latency")) latency(o, gateway, direct);
     if (wanted("sessions")) sessions(o, gateway, direct, library_dir);
