@@ -37,6 +37,8 @@ constexpr std::size_t kLogLineMax = 4096;
 // Back-off between template starts that keep failing: 1 s, doubling, at most a minute.
 constexpr auto kFirstRetry = 1s;
 constexpr auto kLongestRetry = 60s;
+// A template ready this long before it died was healthy: its death starts the back-off afresh.
+constexpr auto kHealthyUptime = 30s;
 
 std::string joined(const std::vector<std::string>& argv) {
   std::string out;
@@ -115,10 +117,10 @@ void ForkServer::launch() {
   const auto interpreter = resolve_command(shape->interpreter.front());
   if (!interpreter.path) return lose(0, "command " + interpreter.problem);
 
-  int control[2], log_pipe[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, control) != 0)
+  int pair[2], log_pipe[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
     return lose(0, fmt::format("no control socket: {}", std::strerror(errno)));
-  OwnedFd ours(control[0]), theirs(control[1]);
+  OwnedFd ours(pair[0]), theirs(pair[1]);
   if (::pipe2(log_pipe, O_CLOEXEC) != 0) return lose(0, fmt::format("no pipe: {}", std::strerror(errno)));
   OwnedFd log_read(log_pipe[0]), log_write(log_pipe[1]);
 
@@ -139,6 +141,17 @@ void ForkServer::launch() {
   options.own_group = true;
   options.die_with_parent = false;
 
+  // The gateway's ends join the loop first: once the template runs, nothing is left that could fail.
+  boost::system::error_code ec;
+  auto control = std::make_shared<asio::posix::stream_descriptor>(executor_);
+  control->assign(ours.get(), ec);
+  if (ec) return lose(0, fmt::format("its control socket cannot join the event loop: {}", ec.message()));
+  ours.release();
+  auto log = std::make_shared<asio::readable_pipe>(executor_);
+  log->assign(log_read.get(), ec);
+  if (ec) return lose(0, fmt::format("its log pipe cannot join the event loop: {}", ec.message()));
+  log_read.release();
+
   pid_t pid = -1;
   {
     auto holding = reaper_.hold();
@@ -147,30 +160,28 @@ void ForkServer::launch() {
     } catch (const process::StartError& e) {
       return lose(0, fmt::format("cannot start {}: {}", *interpreter.path, std::strerror(e.code().value())));
     }
+    // Known before it is watched: the reaper may report its end at once (it runs on this loop).
+    pid_ = pid;
+    state_ = State::starting;
+    settled_ = std::make_shared<runtime::AsyncEvent>(executor_);
+    control_ = control;
+    ++starts_;
+    metrics_.fork_server_starts.fetch_add(1, std::memory_order_relaxed);
     std::weak_ptr<ForkServer> weak = weak_from_this();
     reaper_.watch(pid, executor_, [weak, pid](ExitStatus status) {
       if (auto self = weak.lock()) self->on_exit(pid, status);
     });
   }
-  pid_ = pid;
-  state_ = State::starting;
-  settled_ = std::make_shared<runtime::AsyncEvent>(executor_);
-  ++starts_;
-  metrics_.fork_server_starts.fetch_add(1, std::memory_order_relaxed);
-  control_ = std::make_shared<asio::posix::stream_descriptor>(executor_, ours.release());
-  auto log = std::make_shared<asio::readable_pipe>(executor_);
-  boost::system::error_code ec;
-  log->assign(log_read.get(), ec);
-  if (!ec) log_read.release();
   log::info("{}: started pid {}: {}", tag_, pid, joined(options.argv));
   auto self = shared_from_this();
-  asio::co_spawn(executor_, read_control(control_, pid), runtime::log_exceptions(tag_));
-  if (!ec) asio::co_spawn(executor_, read_log(log, pid), runtime::log_exceptions(tag_));
-  asio::co_spawn(executor_, watch_ready(pid), runtime::log_exceptions(tag_));
+  asio::co_spawn(executor_, [self, log, pid] { return self->read_log(log, pid); }, runtime::log_exceptions(tag_));
+  if (pid_ != pid) return;  // it ended already (lose() said how)
+  asio::co_spawn(executor_, [self, control, pid] { return self->read_control(control, pid); },
+                 runtime::log_exceptions(tag_));
+  asio::co_spawn(executor_, [self, pid] { return self->watch_ready(pid); }, runtime::log_exceptions(tag_));
 }
 
 asio::awaitable<void> ForkServer::watch_ready(pid_t pid) {
-  auto self = shared_from_this();
   auto settled = settled_;
   if (co_await settled->wait_for(library_->startup_timeout) || pid != pid_) co_return;
   ::killpg(pid, SIGKILL);
@@ -178,7 +189,6 @@ asio::awaitable<void> ForkServer::watch_ready(pid_t pid) {
 }
 
 asio::awaitable<void> ForkServer::read_control(std::shared_ptr<asio::posix::stream_descriptor> control, pid_t pid) {
-  auto self = shared_from_this();
   std::string packet(kMaxPacket, '\0');
   for (;;) {
     auto [ec] = co_await control->async_wait(asio::posix::stream_descriptor::wait_read,
@@ -186,10 +196,17 @@ asio::awaitable<void> ForkServer::read_control(std::shared_ptr<asio::posix::stre
     if (ec || !control->is_open()) co_return;  // closed: stopped or lost
     const ssize_t n = ::recv(control->native_handle(), packet.data(), packet.size(), MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (n <= 0) co_return;  // the template closed its end: it is exiting, and the reaper will say how
+    if (n <= 0) break;  // the template closed its end: it is exiting, and the reaper will say how
     if (pid != pid_) co_return;
     handle_packet(std::string_view(packet.data(), static_cast<std::size_t>(n)), pid);
   }
+  // A template that closed its end of the socket but goes on running could fork nothing more: after a
+  // moment for its exit to be reaped (which says how it ended), it is ended and replaced.
+  asio::steady_timer grace(executor_, 1s);
+  co_await grace.async_wait(asio::as_tuple(asio::use_awaitable));
+  if (pid != pid_ || state_ == State::stopped) co_return;
+  ::killpg(pid, SIGKILL);
+  lose(pid, fmt::format("pid {} closed its control socket but did not exit; killed", pid));
 }
 
 void ForkServer::handle_packet(std::string_view packet, pid_t pid) {
@@ -206,7 +223,7 @@ void ForkServer::handle_packet(std::string_view packet, pid_t pid) {
   }
   if (const auto* ready = message->if_contains("ready"); ready && ready->is_bool() && ready->as_bool()) {
     state_ = State::ready;
-    failures_ = 0;
+    ready_at_ = std::chrono::steady_clock::now();
     problem_.clear();
     settled_->set();
     auto text = [&](std::string_view key) {
@@ -220,13 +237,14 @@ void ForkServer::handle_packet(std::string_view packet, pid_t pid) {
     log::info("{}: ready (pid {}; Python {}, Robot Framework {}, server {}; preloaded: {}): workers are forked from now on",
               tag_, pid, text("python"), text("robot"), text("server"), preloaded.empty() ? "none" : preloaded);
     if (warned_) log::warn("{}: back: workers of library '{}' are forked again", tag_, library_->name);
-    warned_ = false;
     return;
   }
   const auto* id = message->if_contains("id");
+  // Answers come in request order: one to a request the template could not read (id null) is the oldest's.
   auto it = id && id->is_uint64() ? pending_.find(id->as_uint64())
           : id && id->is_int64() && id->as_int64() >= 0 ? pending_.find(static_cast<std::uint64_t>(id->as_int64()))
-                                                       : pending_.end();
+          : (!id || id->is_null()) && message->contains("error") ? pending_.begin()
+                                                                 : pending_.end();
   if (it == pending_.end()) {
     log::warn("{}: pid {} answered a request the gateway did not make or no longer waits for: '{}'", tag_, pid,
               log::printable(packet, 200));
@@ -240,10 +258,10 @@ void ForkServer::handle_packet(std::string_view packet, pid_t pid) {
   else
     pending.error = fmt::format("an answer without a pid or an error: '{}'", log::printable(packet, 200));
   pending.done.set();
+  pending_.erase(it);  // answered: a loss of the template from now on does not undo it
 }
 
 asio::awaitable<void> ForkServer::read_log(std::shared_ptr<asio::readable_pipe> log_pipe, pid_t pid) {
-  auto self = shared_from_this();
   std::array<char, 4096> buffer;
   std::string partial;
   // The template's own lines ("[WARN] fork server for library 'X' (pid N): ...") keep their level; anything
@@ -312,6 +330,11 @@ void ForkServer::lose(pid_t pid, std::string problem) {
   fail_pending(fmt::format("the fork server was lost: {}", problem_));
   if (settled_) settled_->set();
   if (state_ == State::stopped) return;
+  // A template that served for a while before it died starts a new run of failures (back-off, WARN).
+  if (state_ == State::ready && std::chrono::steady_clock::now() - ready_at_ >= kHealthyUptime) {
+    failures_ = 0;
+    warned_ = false;
+  }
   state_ = State::down;
   ++failures_;
   const auto delay = std::min<std::chrono::milliseconds>(kLongestRetry, kFirstRetry * (1u << std::min<std::size_t>(failures_ - 1, 6)));
@@ -387,12 +410,15 @@ asio::awaitable<bool> ForkServer::send_request(int control, const std::string& t
   }
 }
 
+asio::awaitable<void> ForkServer::settle() {
+  if (state_ != State::starting || !settled_) co_return;
+  auto self = shared_from_this();
+  auto settled = settled_;
+  co_await settled->wait_for(library_->startup_timeout);
+}
+
 asio::awaitable<std::optional<ForkedProcess>> ForkServer::fork(const config::Library& settings) {
   auto self = shared_from_this();
-  if (state_ == State::starting && settled_) {
-    auto settled = settled_;
-    co_await settled->wait_for(library_->startup_timeout);
-  }
   if (state_ != State::ready || !control_) co_return std::nullopt;
 
   // The worker's ends go to the template (which dup2s them to the worker's 0, 1 and 2); the gateway keeps
@@ -443,6 +469,7 @@ asio::awaitable<std::optional<ForkedProcess>> ForkServer::fork(const config::Lib
   metrics_.workers_forked.fetch_add(1, std::memory_order_relaxed);
   ForkedProcess forked;
   forked.pid = pending->pid;
+  window.expect(pending->pid);
   forked.executable = fmt::format("{} forked by the fork server pid {}", config::kReferenceServerModule, template_pid);
   forked.stdin_write = std::move(in_write);
   forked.stdout_read = std::move(out_read);

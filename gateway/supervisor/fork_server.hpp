@@ -63,10 +63,12 @@ class ForkServer : public std::enable_shared_from_this<ForkServer> {
   // After stop(): until the template has ended and been reaped (or the deadline).
   asio::awaitable<void> wait_gone(std::chrono::steady_clock::time_point deadline);
 
+  // Until a template that is starting is ready or down, at most the library's startup_timeout (a plain
+  // start would take about as long). The pool calls it before it takes a turn among the starts.
+  asio::awaitable<void> settle();
   // A worker forked for `settings` (the library, or a glob entry's view of it: its rlimits and
   // cpu_affinity), or nothing when the template cannot make one now (not ready, dead, or it refused:
-  // logged): the caller then starts the worker the plain way. Waits for a template still starting, up to
-  // the library's startup_timeout (a plain start would take as long).
+  // logged): the caller then starts the worker the plain way. Waits only for the template's answer.
   asio::awaitable<std::optional<ForkedProcess>> fork(const config::Library& settings);
 
   struct View {
@@ -106,7 +108,8 @@ class ForkServer : public std::enable_shared_from_this<ForkServer> {
   std::shared_ptr<runtime::AsyncEvent> settled_;  // set when the template is ready or down
   runtime::AsyncEvent gone_;                      // set while no template of a stopped server runs
   std::string problem_;
-  std::size_t failures_ = 0;  // in a row, since it was last ready
+  std::size_t failures_ = 0;  // in a row, since one was last ready for a while (kHealthyUptime)
+  std::chrono::steady_clock::time_point ready_at_{};
   bool warned_ = false;       // the fallback to plain starts was said (once per run of failures)
   std::unique_ptr<asio::steady_timer> retry_;
   std::unique_ptr<asio::steady_timer> kill_timer_;

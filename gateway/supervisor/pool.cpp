@@ -182,6 +182,8 @@ asio::awaitable<std::shared_ptr<Worker>> LibraryPool::start_worker(bool for_prew
   // The gate on concurrent starts is for forks: an upstream connection waits for no one (and a slow one
   // does not hold up the starts of other libraries).
   const bool forks = !settings.is_upstream();
+  // A fork server still starting is waited for before the turn among starts is taken (not holding it).
+  if (fork_server_ && forks) co_await fork_server_->settle();
   if (forks) co_await owner_.begin_start(!for_prewarm);
   std::shared_ptr<Worker> worker;
   std::optional<WorkerError> failure;

@@ -134,31 +134,73 @@ bool runs_here(const boost::asio::any_io_executor& executor) {
 
 ChildReaper::ForkWindow::ForkWindow(ChildReaper& reaper) : reaper_(&reaper) {
   std::lock_guard lock(reaper.mutex_);
-  ++reaper.fork_windows_;
+  ++reaper.forks_in_flight_;
+}
+
+void ChildReaper::ForkWindow::expect(pid_t pid) {
+  if (!reaper_ || pid_ || pid <= 0) return;
+  std::lock_guard lock(reaper_->mutex_);
+  --reaper_->forks_in_flight_;
+  reaper_->forks_expected_.insert(pid);
+  pid_ = pid;
+  reaper_->after_fork_window_change();
+}
+
+void ChildReaper::ForkWindow::watch(boost::asio::any_io_executor where, Callback on_exit) {
+  ChildReaper* reaper = reaper_;
+  if (!reaper || !pid_) return;
+  bool claimed = false;
+  {
+    // One lock for both: the reaper must not reap the pid between the look and the watch.
+    std::lock_guard lock(reaper->mutex_);
+    if (auto it = reaper->unclaimed_.find(pid_); it != reaper->unclaimed_.end()) {
+      // A forked worker that ended before it was watched: it hears of that at once, as if reaped now.
+      boost::asio::post(where, [callback = std::move(on_exit), status = it->second] { callback(status); });
+      reaper->unclaimed_.erase(it);
+      reaper->dead_groups_.insert(pid_);
+      claimed = true;
+    } else {
+      reaper->children_[pid_] = Child{std::move(where), std::move(on_exit)};
+    }
+  }
+  close();
+  if (claimed) return;
+  // It may have ended meanwhile, still the intermediate's child: reaped once reparented (SIGCHLD).
+  if (runs_here(reaper->executor_)) reaper->reap();
+  else boost::asio::post(reaper->executor_, [reaper] { reaper->reap(); });
 }
 
 void ChildReaper::ForkWindow::close() {
   ChildReaper* reaper = std::exchange(reaper_, nullptr);
   if (!reaper) return;
   std::lock_guard lock(reaper->mutex_);
-  if (--reaper->fork_windows_ > 0) return;
-  // Nobody claimed these: descendants of workers after all (see reap()).
-  for (const auto& [pid, how] : reaper->unclaimed_)
-    log::info("reaped pid {}, a worker's descendant reparented to the gateway; it ended with {}", pid, how.describe());
-  reaper->unclaimed_.clear();
-  if (std::exchange(reaper->scan_deferred_, false))
-    boost::asio::post(reaper->executor_, [reaper] { reaper->scan_orphans(); });
+  if (const pid_t pid = std::exchange(pid_, 0)) {
+    if (auto it = reaper->forks_expected_.find(pid); it != reaper->forks_expected_.end()) reaper->forks_expected_.erase(it);
+    if (!reaper->forks_expected_.count(pid)) reaper->unclaimed_.erase(pid);  // a fork given up: not a status to keep
+  } else {
+    --reaper->forks_in_flight_;
+  }
+  reaper->after_fork_window_change();
+}
+
+void ChildReaper::after_fork_window_change() {
+  if (forks_in_flight_ > 0) return;
+  // No request in flight: a status kept for no expected pid was a worker's descendant after all (reap()).
+  for (auto it = unclaimed_.begin(); it != unclaimed_.end();) {
+    if (forks_expected_.count(it->first)) {
+      ++it;
+      continue;
+    }
+    log::info("reaped pid {}, a worker's descendant reparented to the gateway; it ended with {}", it->first,
+              it->second.describe());
+    it = unclaimed_.erase(it);
+  }
+  if (std::exchange(scan_deferred_, false)) boost::asio::post(executor_, [this] { scan_orphans(); });
 }
 
 void ChildReaper::watch(pid_t pid, boost::asio::any_io_executor where, Callback on_exit) {
   {
     std::lock_guard lock(mutex_);
-    // A forked worker that ended before it was watched (in a fork window): it hears of that at once.
-    if (auto it = unclaimed_.find(pid); it != unclaimed_.end()) {
-      boost::asio::post(where, [callback = std::move(on_exit), status = it->second] { callback(status); });
-      unclaimed_.erase(it);
-      return;
-    }
     children_[pid] = Child{std::move(where), std::move(on_exit)};
   }
   // The child may already have ended before we started watching it.
@@ -203,8 +245,8 @@ void ChildReaper::reap() {
     } else if (auto o = orphans_.find(pid); o != orphans_.end()) {
       log::info("orphan pid {} ({}): reaped; it ended with {}", pid, o->second.command, how.describe());
       orphans_.erase(o);
-    } else if (fork_windows_ > 0) {
-      unclaimed_.emplace(pid, how);  // maybe a forked worker not yet watched: see ForkWindow
+    } else if (forks_in_flight_ > 0 || forks_expected_.count(pid)) {
+      unclaimed_.insert_or_assign(pid, how);  // maybe a forked worker not yet watched: see ForkWindow
     } else {
       // A worker's descendant in the worker's group, killed with it (or one that ended before a scan
       // saw it).
@@ -246,13 +288,14 @@ void ChildReaper::signal_orphan(pid_t pid, const Orphan& orphan, int sig) {
 
 void ChildReaper::scan_orphans() {
   std::lock_guard lock(mutex_);  // children_
-  if (fork_windows_ > 0) {  // a child not yet watched may be a forked worker: scan once the windows close
+  if (forks_in_flight_ > 0) {  // a child not yet watched may be a forked worker: scan once its pid is known
     scan_deferred_ = true;
     return;
   }
   std::unordered_set<pid_t> groups_seen;
   for (const auto& child : own_children()) {
     if (children_.count(child.pid)) continue;           // a worker
+    if (forks_expected_.count(child.pid)) continue;     // a forked worker about to be watched
     // Not from a worker: what started before the gateway (its own shell's children, or every process
     // of a container whose PID 1 it is), and what is in the gateway's own process group (workers lead
     // groups of their own, and their descendants stay there unless they make new ones).

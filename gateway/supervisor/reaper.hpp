@@ -56,24 +56,30 @@ class ChildReaper {
   std::unique_lock<std::recursive_mutex> hold() { return std::unique_lock(mutex_); }
   // Open from asking a fork server for a worker until that worker is watched (or the fork failed): its
   // pid is learnt from the server's answer, and by then it may already be the gateway's child, or even
-  // have ended. While any window is open, a child reaped that nobody watches keeps its status for a
-  // watch() that claims it (instead of being logged as a worker's descendant and forgotten), and the
-  // orphan scan waits (it would take the new worker for an orphan and end it). Movable; closes when
-  // destroyed.
+  // have ended. While a request is in flight (its pid not yet known), a child reaped that nobody watches
+  // keeps its status, and the orphan scan waits (it would take the new worker for an orphan and end it);
+  // once the pid is known (expect), only that pid is kept and passed over by the scan. watch() claims
+  // the status of a worker that ended meanwhile and closes the window. Movable; closes when destroyed.
   class ForkWindow {
    public:
     ForkWindow() = default;
     explicit ForkWindow(ChildReaper& reaper);
-    ForkWindow(ForkWindow&& other) noexcept : reaper_(std::exchange(other.reaper_, nullptr)) {}
+    ForkWindow(ForkWindow&& other) noexcept
+        : reaper_(std::exchange(other.reaper_, nullptr)), pid_(std::exchange(other.pid_, 0)) {}
     ForkWindow& operator=(ForkWindow&& other) noexcept {
-      if (this != &other) close(), reaper_ = std::exchange(other.reaper_, nullptr);
+      if (this != &other) close(), reaper_ = std::exchange(other.reaper_, nullptr), pid_ = std::exchange(other.pid_, 0);
       return *this;
     }
     ~ForkWindow() { close(); }
+    // The fork server answered: the new worker is `pid`.
+    void expect(pid_t pid);
+    // Watches the expected pid (see ChildReaper::watch), claiming its status if it ended already; closes.
+    void watch(boost::asio::any_io_executor where, Callback on_exit);
     void close();
 
    private:
     ChildReaper* reaper_ = nullptr;
+    pid_t pid_ = 0;
   };
   ForkWindow open_fork_window() { return ForkWindow(*this); }
   std::size_t watched() const {
@@ -124,9 +130,11 @@ class ChildReaper {
   // worker's descendant.
   unsigned long long started_at_ = 0;
   runtime::AsyncEvent no_orphans_ending_;
-  // Fork windows (under mutex_): how many are open, the statuses of unknown children reaped meanwhile,
-  // and whether a scan for orphans waits for the last one to close.
-  std::size_t fork_windows_ = 0;
+  // Fork windows (under mutex_): requests in flight (no pid yet), the pids answered and not yet watched,
+  // the statuses kept for them, and whether a scan for orphans waits for the requests in flight.
+  void after_fork_window_change();  // with mutex_ held
+  std::size_t forks_in_flight_ = 0;
+  std::unordered_multiset<pid_t> forks_expected_;
   std::unordered_map<pid_t, ExitStatus> unclaimed_;
   bool scan_deferred_ = false;
 };

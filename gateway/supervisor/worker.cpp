@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
@@ -99,6 +100,8 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor exe
   try {
     process.emplace(forked ? adopt_forked(executor, *forked) : spawn_worker(executor, library));
   } catch (const std::system_error& e) {
+    // A forked worker that cannot be adopted must not live on unwatched (it is reaped as it ends).
+    if (forked) ::killpg(forked->pid, SIGKILL);
     log::error("library {}: cannot start worker: {}", library.label(), e.what());
     throw WorkerError(protocol::kWorkerFailed,
                       fmt::format("Cannot start the worker of library '{}': {}. Check the 'command' of this library "
@@ -111,10 +114,12 @@ asio::awaitable<std::shared_ptr<Worker>> Worker::start(asio::any_io_executor exe
   auto worker = runtime::make_shared_on<Worker>(executor, executor, library, std::move(*process), options);
   log::info("{}: started: {}", worker->tag_, worker->executable_);
   std::weak_ptr<Worker> weak = worker;
-  reaper.watch(worker->pid_, executor, [weak](ExitStatus status) {
+  auto on_exit = [weak](ExitStatus status) {
     if (auto w = weak.lock()) w->on_exit(status);
-  });
-  if (forked) forked->window.close();  // watched: the reaper may forget unknown children again
+  };
+  // A forked worker may have ended before this: its fork window kept the status for this watch.
+  if (forked) forked->window.watch(executor, std::move(on_exit));
+  else reaper.watch(worker->pid_, executor, std::move(on_exit));
   spawning.unlock();
   co_await begin(worker);
   co_return worker;

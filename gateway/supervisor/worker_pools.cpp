@@ -220,7 +220,7 @@ std::vector<PoolView> WorkerPools::view() const {
   const auto now = clock::now();
   auto add = [&](const LibraryPool& p, bool retired) {
     PoolView v{p.library().name, retired, p.waiting_, p.starting_, p.in_backoff(), {}, p.failures_, p.last_crash_,
-               p.last_crash_.empty() ? 0.0 : std::chrono::duration<double>(now - p.last_crash_at_).count()};
+               p.last_crash_.empty() ? 0.0 : std::chrono::duration<double>(now - p.last_crash_at_).count(), {}};
     for (const auto& w : p.workers_) {
       const auto slot = p.slots_.find(w.get());
       const bool draining = slot != p.slots_.end() && slot->second.draining;

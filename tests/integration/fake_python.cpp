@@ -13,7 +13,8 @@
 // RJG_FORKED_BY=<template pid> in its environment, so a test can tell a fork from a plain start. Faults,
 // from the environment: RJG_FAKE_TEMPLATE=not-ready (says why and exits 3, as the real template does when
 // Robot Framework is missing), =refuse (answers every request with an error), =silent (never answers a
-// request), =exit-after-fork (exits after its first fork, as a template that crashed).
+// request), =exit-after-fork (exits after its first fork, as a template that crashed), =worker-dies (each
+// worker exits with status 5 at once, before the gateway can have watched it).
 #include <boost/json.hpp>
 
 #include <fcntl.h>
@@ -58,8 +59,16 @@ void send(int control, const json::object& message) {
 const std::pair<const char*, int> kLimits[] = {
     {"as", RLIMIT_AS}, {"nofile", RLIMIT_NOFILE}, {"cpu", RLIMIT_CPU}, {"nproc", RLIMIT_NPROC}, {"core", RLIMIT_CORE}};
 
-// template -> intermediate -> worker; the worker's pid (the intermediate is reaped), or -1.
-pid_t fork_worker(const json::object& request, const int (&fds)[3], const std::vector<std::string>& args) {
+// template -> intermediate -> worker; the worker's pid, or -1. As the real template does, the intermediate
+// is reaped only after the answer has gone (reap_intermediate): the worker may still be its child then.
+pid_t intermediate_pid = 0;
+void reap_intermediate() {
+  if (intermediate_pid > 0) ::waitpid(intermediate_pid, nullptr, 0);
+  intermediate_pid = 0;
+}
+
+pid_t fork_worker(const json::object& request, const int (&fds)[3], const std::vector<std::string>& args,
+                  bool worker_dies) {
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return -1;
   const pid_t intermediate = ::fork();
@@ -68,6 +77,7 @@ pid_t fork_worker(const json::object& request, const int (&fds)[3], const std::v
     ::close(report[0]);
     const pid_t worker = ::fork();
     if (worker == 0) {
+      if (worker_dies) _exit(5);
       ::setpgid(0, 0);
       int high[3];
       for (int i = 0; i < 3; ++i) high[i] = ::fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
@@ -96,7 +106,7 @@ pid_t fork_worker(const json::object& request, const int (&fds)[3], const std::v
   char buffer[64] = {};
   const ssize_t n = ::read(report[0], buffer, sizeof buffer - 1);
   ::close(report[0]);
-  ::waitpid(intermediate, nullptr, 0);
+  intermediate_pid = intermediate;
   if (n <= 4 || std::strncmp(buffer, "pid ", 4) != 0) return -1;
   return static_cast<pid_t>(std::atoi(buffer + 4));
 }
@@ -157,9 +167,10 @@ int run_template(const std::vector<std::string>& argv) {
       send(control, json::object{{"v", 1}, {"id", id}, {"error", fault == "refuse" ? "refused (fake fault)" : "bad request"}});
     } else {
       const int three[3] = {fds[0], fds[1], fds[2]};
-      const pid_t pid = fork_worker(request.as_object(), three, server_args);
+      const pid_t pid = fork_worker(request.as_object(), three, server_args, fault == "worker-dies");
       if (pid > 0) send(control, json::object{{"v", 1}, {"id", id}, {"pid", pid}});
       else send(control, json::object{{"v", 1}, {"id", id}, {"error", "cannot fork (fake)"}});
+      reap_intermediate();
     }
     for (int fd : fds) ::close(fd);
     if (fault == "exit-after-fork") return 1;

@@ -165,6 +165,35 @@ TEST_F(ForkServerTest, ATemplateThatStopsAnsweringIsReplacedAndTheImportStillSuc
   ASSERT_TRUE(ready_eventually("Mute", 2)) << "no new template after the silent one was killed";
 }
 
+TEST_F(ForkServerTest, ATemplateThatDiesRightAfterAnsweringLeavesThatWorkerServing) {
+  start({forked_library("Brittle", "", {{"RJG_FAKE_TEMPLATE", "exit-after-fork"}})});
+  ASSERT_TRUE(ready_eventually("Brittle"));
+  const pid_t first = templates("Brittle").at(0);
+  auto [a, token_a] = session("Brittle");
+  EXPECT_EQ(forked_by(a, token_a), first) << "the answered fork was undone by the template's exit";
+  ASSERT_TRUE(log_eventually(fmt::format("pid {} ended with exit code 1", first)));
+  EXPECT_EQ(keyword(a, token_a, "Echo", json::array{"alive"}), json::value("alive"));
+  ASSERT_TRUE(ready_eventually("Brittle", 2));
+  auto [b, token_b] = session("Brittle");
+  EXPECT_EQ(forked_by(b, token_b), templates("Brittle").at(1));
+}
+
+TEST_F(ForkServerTest, AForkedWorkerThatEndsBeforeItIsWatchedIsReportedWithItsExitStatus) {
+  start({forked_library("Doomed", "", {{"RJG_FAKE_TEMPLATE", "worker-dies"}})});
+  ASSERT_TRUE(ready_eventually("Doomed"));
+  for (int i = 0; i < 2; ++i) {  // (a third failed start in a row would meet the crash back-off)
+    auto c = connect();
+    c.initialize();
+    auto reply = c.import_library("Doomed");
+    ASSERT_FALSE(reply.ok()) << describe(reply);
+    EXPECT_TRUE(contains(describe(reply), "exit code 5")) << describe(reply);
+  }
+  // Its status was kept for it: not lost, and the worker never taken for an orphan.
+  EXPECT_FALSE(contains(gateway().log(), "its exit status is unknown"));
+  EXPECT_FALSE(contains(gateway().log(), "orphan pid"));
+  EXPECT_FALSE(contains(gateway().log(), "a worker's descendant reparented"));
+}
+
 TEST_F(ForkServerTest, AReloadThatChangesTheLibraryReplacesItsTemplate) {
   GatewayOptions options;
   start({forked_library("Reloaded", "preload = [\"first\"]\n")}, options);

@@ -120,12 +120,18 @@ class ControlSocket:
 def parse_request(data, fds, flags):
     request_id = None
     try:
+        # The id first, when the text can be read: the answer then names the request it refuses.
+        if not flags & socket.MSG_TRUNC:
+            try:
+                request = json.loads(data)
+                request_id = request.get("id") if isinstance(request, dict) else None
+            except ValueError:
+                pass
         if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
             raise ValueError(f"the request was longer than {MAX_PACKET} bytes or carried too many descriptors")
         request = json.loads(data)
         if not isinstance(request, dict):
             raise ValueError("a request is a JSON object")
-        request_id = request.get("id")
         if request.get("v") != PROTOCOL_VERSION:
             raise ValueError(f"this fork server speaks version {PROTOCOL_VERSION} of the request format, "
                              f"not {request.get('v')!r}: the gateway and this program come from different "
@@ -233,6 +239,7 @@ class Forker:
     def _intermediate(self, report_w, go_r, go_w, request):
         # This process lives only to be the worker's parent for a moment: it forks, sets the worker up,
         # reports and leaves by os._exit, so none of the template's exit handlers or buffers run twice.
+        worker = 0
         try:
             try:
                 worker = os.fork()
@@ -272,11 +279,17 @@ class Forker:
                              f"{error.strerror}".encode())
                     os._exit(1)
             os.write(report_w, f"pid {worker}".encode())
-            # Closed before exiting: tearing down this process's copy of the template's memory takes
-            # longer than everything else it did, and the worker need not wait for that.
+            # The go-ahead, then closed before exiting: tearing down this process's copy of the template's
+            # memory takes longer than everything else it did, and the worker need not wait for that.
+            os.write(go_w, b"g")
             os.close(go_w)
             os._exit(0)
         except BaseException:
+            if worker > 0:  # never a worker without its group and limits
+                try:
+                    os.kill(worker, signal.SIGKILL)
+                except OSError:
+                    pass
             os._exit(1)
 
     def _become_worker(self, go_r, fds):
@@ -286,7 +299,9 @@ class Forker:
         high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3) for fd in fds]
         for target, fd in enumerate(high):
             os.dup2(fd, target, inheritable=True)
-        while os.read(go_r, 1):  # until the intermediate is done: group and limits are in place
-            pass
+        # Until the intermediate says go: group and limits are in place. Its end without a go-ahead (it
+        # failed, or was killed) leaves a worker without them: it must not run.
+        if os.read(go_r, 1) != b"g":
+            os._exit(1)
         # Only stdin, stdout and stderr, as a plain start gets them.
         os.closerange(3, 1 << 30)
