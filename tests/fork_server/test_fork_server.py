@@ -2,8 +2,9 @@
 
 The test plays the gateway: it makes the control socketpair, starts the template, sends fork requests
 with pipes for the worker's stdin, stdout and stderr, and talks the reference server's protocol to the
-workers. The gateway does not use the template yet (doc/workers.md); these tests are what holds it to
-its wire format (robot_jsonrpc_fork_control.py) meanwhile.
+workers. They hold the template to its wire format (robot_jsonrpc_fork_control.py) and to a plain
+start's behaviour on its own; the gateway's side (fork_server = true) is tested with it by the
+conformance stage's second pass over the reference server's suites.
 
     python3 -m unittest discover -s tests/fork_server -v     # deploy/conformance.sh runs it
 

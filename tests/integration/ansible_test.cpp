@@ -26,6 +26,11 @@ class AnsibleTest : public GatewayTest {
     if (!find_program("ansible-playbook")) GTEST_SKIP() << "ansible-core is not installed (apt install ansible-core)";
   }
 
+  // Each keyword runs ansible-playbook, a Python program of several seconds even on a quiet machine; under
+  // a sanitizer stage with a build beside it, gathering facts took longer than the client's usual 20 s
+  // deadline, which is there to catch a hang, not to time the keyword.
+  client::RpcClient connect() { return gateway().connect(120s); }
+
   static LibrarySpec ansible_library(const std::string& name, std::vector<std::string> extra_args = {}) {
     LibrarySpec spec;
     spec.name = name;
