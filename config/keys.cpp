@@ -342,9 +342,17 @@ void load_upstream_name(Reader& reader, const toml::node& node, const std::strin
   library.upstream_name = *text;
 }
 
-void load_deny(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
+// An array of dotted names (libraries, modules), each checked as Python would import it; a bad one is
+// reported as "'KEY[i]' = "X" is not a WHAT; expected letters, digits, '_' and '.'HOW". Nothing when the
+// node is not an array (reported with `example`).
+std::optional<std::vector<std::string>> dotted_names(Reader& reader, const toml::node& node, const std::string& key,
+                                                     std::string_view example, std::string_view what,
+                                                     std::string_view how) {
   auto* array = node.as_array();
-  if (!array) return reader.wrong_type(node, key, "an array of library names such as [\"SeleniumLibrary.Testing\"]");
+  if (!array) {
+    reader.wrong_type(node, key, example);
+    return std::nullopt;
+  }
   std::vector<std::string> names;
   for (std::size_t i = 0; i < array->size(); ++i) {
     const toml::node& element = *array->get(i);
@@ -352,32 +360,25 @@ void load_deny(Reader& reader, const toml::node& node, const std::string& key, L
     auto name = reader.get_string(element, element_key);
     if (!name) continue;
     if (!valid_import_name(*name)) {
-      reader.problem(element.source(), fmt::format("'{}' = \"{}\" is not a library name; expected letters, digits, "
-                                                   "'_' and '.'",
-                                                   element_key, *name));
+      reader.problem(element.source(), fmt::format("'{}' = \"{}\" is not a {}; expected letters, digits, '_' and '.'{}",
+                                                   element_key, *name, what, how));
       continue;
     }
     names.push_back(std::move(*name));
   }
-  library.deny = std::move(names);
+  return names;
+}
+
+void load_deny(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
+  if (auto names = dotted_names(reader, node, key, "an array of library names such as [\"SeleniumLibrary.Testing\"]",
+                                "library name", ""))
+    library.deny = std::move(*names);
 }
 
 void load_preload(Reader& reader, const toml::node& node, const std::string& key, Library& library) {
-  auto* array = node.as_array();
-  if (!array) return reader.wrong_type(node, key, "an array of module names such as [\"SeleniumLibrary\"]");
-  for (std::size_t i = 0; i < array->size(); ++i) {
-    const toml::node& element = *array->get(i);
-    auto element_key = fmt::format("{}[{}]", key, i);
-    auto name = reader.get_string(element, element_key);
-    if (!name) continue;
-    if (!valid_import_name(*name)) {
-      reader.problem(element.source(), fmt::format("'{}' = \"{}\" is not a module name; expected letters, digits, '_' "
-                                                   "and '.', as Python imports it",
-                                                   element_key, *name));
-      continue;
-    }
-    library.preload.push_back(std::move(*name));
-  }
+  if (auto names = dotted_names(reader, node, key, "an array of module names such as [\"SeleniumLibrary\"]",
+                                "module name", ", as Python imports it"))
+    library.preload = std::move(*names);
 }
 
 void load_command(Reader& reader, const toml::node& node, const std::string& key, Library& library) {

@@ -232,26 +232,24 @@ std::string metrics_text(const AdminSnapshot& s) {
     for (const auto& [name, lib] : libraries)
       counters(f, name, of(name).starts, "kind", std::array<std::string_view, 2>{"cold", "prewarmed"});
   }
-  {
-    Family f(out, "worker_start_failures_total", "counter",
-             "Workers that did not come up (spawn, handshake or startup_timeout failed), by library; a prewarm "
-             "that keeps failing shows here.");
+  // A counter per library, one sample each.
+  auto per_library = [&](std::string_view family, std::string_view help,
+                         std::atomic<std::uint64_t> supervisor::LibraryMetrics::*counter) {
+    Family f(out, family, "counter", help);
     for (const auto& [name, lib] : libraries)
-      f.sample(library_label(name), static_cast<double>(of(name).start_failures.load(std::memory_order_relaxed)));
-  }
-  {
-    Family f(out, "worker_forks_total", "counter",
-             "Workers forked from a library's fork server (fork_server = true), by library; the rest of its "
-             "starts were plain.");
-    for (const auto& [name, lib] : libraries)
-      f.sample(library_label(name), static_cast<double>(of(name).workers_forked.load(std::memory_order_relaxed)));
-  }
-  {
-    Family f(out, "fork_server_starts_total", "counter",
-             "Fork server template processes started, by library: one, plus one per restart after it died.");
-    for (const auto& [name, lib] : libraries)
-      f.sample(library_label(name), static_cast<double>(of(name).fork_server_starts.load(std::memory_order_relaxed)));
-  }
+      f.sample(library_label(name), static_cast<double>((of(name).*counter).load(std::memory_order_relaxed)));
+  };
+  per_library("worker_start_failures_total",
+              "Workers that did not come up (spawn, handshake or startup_timeout failed), by library; a prewarm "
+              "that keeps failing shows here.",
+              &supervisor::LibraryMetrics::start_failures);
+  per_library("worker_forks_total",
+              "Workers forked from a library's fork server (fork_server = true), by library; the rest of its "
+              "starts were plain.",
+              &supervisor::LibraryMetrics::workers_forked);
+  per_library("fork_server_starts_total",
+              "Fork server template processes started, by library: one, plus one per restart after it died.",
+              &supervisor::LibraryMetrics::fork_server_starts);
   {
     Family f(out, "fork_server_ready", "gauge",
              "1 while a library's fork server is ready to fork workers, 0 while it starts or is down (plain starts "

@@ -11,6 +11,10 @@
 
 namespace rjg::gateway::supervisor {
 
+// A process that dies after living this long was healthy: a single crash, not a crash loop. A worker's
+// death then does not count towards the pool's back-off, a fork server's template's starts its own afresh.
+inline constexpr std::chrono::seconds kHealthyUptime{30};
+
 inline std::string seconds_text(config::Duration d) {
   if (d.count() % 1000 == 0) return fmt::format("{}s", d.count() / 1000);
   return fmt::format("{}ms", d.count());

@@ -37,8 +37,6 @@ constexpr std::size_t kLogLineMax = 4096;
 // Back-off between template starts that keep failing: 1 s, doubling, at most a minute.
 constexpr auto kFirstRetry = 1s;
 constexpr auto kLongestRetry = 60s;
-// A template ready this long before it died was healthy: its death starts the back-off afresh.
-constexpr auto kHealthyUptime = 30s;
 
 std::string joined(const std::vector<std::string>& argv) {
   std::string out;
@@ -262,11 +260,9 @@ void ForkServer::handle_packet(std::string_view packet, pid_t pid) {
 }
 
 asio::awaitable<void> ForkServer::read_log(std::shared_ptr<asio::readable_pipe> log_pipe, pid_t pid) {
-  std::array<char, 4096> buffer;
-  std::string partial;
   // The template's own lines ("[WARN] fork server for library 'X' (pid N): ...") keep their level; anything
   // else it writes (Robot's or Python's own output) is logged as it comes.
-  auto emit = [&](std::string_view line) {
+  co_await read_lines(*log_pipe, kLogLineMax, [this, pid](std::string_view line) {
     static constexpr std::pair<const char*, int> kLevels[] = {{"[ERROR] ", 2}, {"[WARN] ", 1}, {"[INFO] ", 0}};
     for (auto [prefix, level] : kLevels) {
       if (!line.starts_with(prefix)) continue;
@@ -277,23 +273,7 @@ asio::awaitable<void> ForkServer::read_log(std::shared_ptr<asio::readable_pipe> 
       return;
     }
     log::info("{} pid {} output: {}", tag_, pid, log::printable(line, kLogLineMax));
-  };
-  for (;;) {
-    auto [ec, n] = co_await log_pipe->async_read_some(asio::buffer(buffer), asio::as_tuple(asio::use_awaitable));
-    if (ec) break;
-    partial.append(buffer.data(), n);
-    std::size_t start = 0, eol;
-    while ((eol = partial.find('\n', start)) != std::string::npos) {
-      emit(std::string_view(partial).substr(start, eol - start));
-      start = eol + 1;
-    }
-    partial.erase(0, start);
-    if (partial.size() > kLogLineMax) {
-      emit(partial);
-      partial.clear();
-    }
-  }
-  if (!partial.empty()) emit(partial);
+  });
 }
 
 void ForkServer::on_exit(pid_t pid, ExitStatus status) {

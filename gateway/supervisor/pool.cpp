@@ -24,8 +24,6 @@ using namespace std::chrono_literals;
 using clock = std::chrono::steady_clock;
 
 namespace {
-// A worker that dies by itself after living this long is a single crash, not a crash loop.
-constexpr auto kHealthyUptime = 30s;
 
 // Recycling limits get up to 10% jitter downwards, so workers started together do not restart together.
 template <typename T>

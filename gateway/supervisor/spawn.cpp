@@ -2,6 +2,9 @@
 
 #include "common/process/child.hpp"
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
 #include <fmt/format.h>
 
 #include <fcntl.h>
@@ -192,6 +195,29 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
   }
   // From here the pid is supervised by the Worker and the ChildReaper.
   return child;
+}
+
+boost::asio::awaitable<void> read_lines(boost::asio::readable_pipe& pipe, std::size_t max_line,
+                                        const std::function<void(std::string_view)>& emit) {
+  std::vector<char> buffer(8192);
+  std::string partial;
+  for (;;) {
+    auto [ec, n] = co_await pipe.async_read_some(boost::asio::buffer(buffer),
+                                                 boost::asio::as_tuple(boost::asio::use_awaitable));
+    if (ec) break;
+    partial.append(buffer.data(), n);
+    std::size_t start = 0, eol;
+    while ((eol = partial.find('\n', start)) != std::string::npos) {
+      emit(std::string_view(partial).substr(start, eol - start));
+      start = eol + 1;
+    }
+    partial.erase(0, start);
+    if (partial.size() > max_line) {
+      emit(partial);
+      partial.clear();
+    }
+  }
+  if (!partial.empty()) emit(partial);
 }
 
 SpawnedProcess adopt_forked(boost::asio::any_io_executor executor, ForkedProcess& forked) {

@@ -7,12 +7,15 @@
 #include "gateway/supervisor/reaper.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/readable_pipe.hpp>
 #include <boost/asio/writable_pipe.hpp>
 
 #include <sys/types.h>
 
+#include <functional>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <string>
 #include <system_error>
@@ -62,6 +65,12 @@ struct ForkedProcess {
 // SpawnError when a pipe cannot join the loop.
 struct SpawnedProcess;
 SpawnedProcess adopt_forked(boost::asio::any_io_executor executor, ForkedProcess& forked);
+
+// Reads a child's output pipe to its end, handing each line (without its '\n') to emit; a line longer than
+// max_line is handed over in pieces of that size, so a program that never writes '\n' cannot make the
+// gateway hold more. A worker's stderr and a fork server's log go through it.
+boost::asio::awaitable<void> read_lines(boost::asio::readable_pipe& pipe, std::size_t max_line,
+                                        const std::function<void(std::string_view)>& emit);
 
 // What a worker of `library` starts with, shared by plain starts and fork servers: the gateway's
 // environment minus service-manager variables plus the library's env; the library's rlimits as

@@ -210,7 +210,6 @@ class Worker : public std::enable_shared_from_this<Worker> {
   runtime::AsyncEvent stdout_done_;
   runtime::AsyncEvent stderr_done_;
   std::deque<std::string> stderr_tail_;
-  std::string stderr_partial_;
 };
 
 }  // namespace rjg::gateway::supervisor

@@ -165,30 +165,12 @@ asio::awaitable<void> Worker::handle(protocol::Message message) {
 }
 
 asio::awaitable<void> Worker::read_stderr() {
-  std::vector<char> buffer(8192);
-  auto emit = [this](std::string_view line) {
+  co_await read_lines(stderr_, kStderrLineMax, [this](std::string_view line) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     log::info("{} stderr: {}", tag_, log::printable(line, kStderrLineMax));
     stderr_tail_.emplace_back(line.substr(0, 500));
     if (stderr_tail_.size() > kStderrTailLines) stderr_tail_.pop_front();
-  };
-  for (;;) {
-    auto [ec, n] = co_await stderr_.async_read_some(asio::buffer(buffer), asio::as_tuple(asio::use_awaitable));
-    if (ec) break;
-    stderr_partial_.append(buffer.data(), n);
-    std::size_t start = 0, eol;
-    while ((eol = stderr_partial_.find('\n', start)) != std::string::npos) {
-      emit(std::string_view(stderr_partial_).substr(start, eol - start));
-      start = eol + 1;
-    }
-    stderr_partial_.erase(0, start);
-    if (stderr_partial_.size() > kStderrLineMax) {
-      emit(stderr_partial_);
-      stderr_partial_.clear();
-    }
-  }
-  if (!stderr_partial_.empty()) emit(stderr_partial_);
-  stderr_partial_.clear();
+  });
   stderr_done_.set();
 }
 
