@@ -7,6 +7,8 @@
 # the gateway from the sanitizer build, the test worker from the normal one. A replaced program is not a
 # symbolic link because the gateway finds a library's bare command name next to its own executable, and
 # the kernel resolves symbolic links in /proc/self/exe: through one it would look in the other build.
+# BASE_BIN's folders (fork_server/, the fork server's program, which the gateway also looks for next to
+# itself) are linked too.
 set -euo pipefail
 if (($# < 4)); then
   echo "usage: $0 DEST BASE_BIN OTHER_BIN PROGRAM..." >&2
@@ -18,6 +20,8 @@ rm -rf "$dest"
 mkdir -p "$dest"
 for program in "$base"/*; do
   [[ -f $program && -x $program ]] && ln -s "$(realpath "$program")" "$dest/"
+  # Folders of data the programs look for next to themselves (fork_server/: the fork server's program)
+  [[ -d $program ]] && ln -s "$(realpath "$program")" "$dest/"
 done
 for name in "$@"; do
   if [[ ! -x $other/$name ]]; then

@@ -100,9 +100,9 @@ if [[ -x $build/bin/rjg-bench-python ]]; then
   "$build/bin/rjg-bench-python" --quick >"$out/bench_python.txt" 2>&1 || bench_status=$?
   rows=$(grep -cE '^(python latency: (direct|gateway|added)|python: [0-9]+ sessions?|total|python startup: (cold|prewarmed|forked)) ' \
     "$out/bench_python.txt" || true)
-  if ((bench_status || rows != 9)); then
+  if ((bench_status || rows != 10)); then
     tail -n 20 "$out/bench_python.txt" >&2
-    echo "conformance: FAILED: rjg-bench-python --quick (exit status $bench_status, $rows of 9 rows);" \
+    echo "conformance: FAILED: rjg-bench-python --quick (exit status $bench_status, $rows of 10 rows);" \
       "$out/bench_python.txt" >&2
     bench_status=1
   else

@@ -9,7 +9,7 @@
 //               and its worker, the same server over pipes;
 //   startup     per session, one after another: set-up time (connect, import, first keyword) and the
 //               worker's private memory after 200 keywords (/proc/PID/smaps_rollup), workers started
-//               cold, prewarmed, and forked from a fork server (fork_server = true).
+//               cold, prewarmed, forked from a fork server (fork_server = true), and both.
 //
 // CPU per keyword is every thread's time on a CPU (/proc/PID/task/*/schedstat) over the measured
 // window: the gateway plus its workers against the direct server; the load generator is not counted.
@@ -92,7 +92,7 @@ Options (defaults in brackets):
                           over them (a fresh gateway per row), instead of a worker per session [0]
   --strace-calls N        syscalls: sequential calls traced per target (strace -c -f) [2000]
   --payload-bytes N       Echo's argument [16]
-  --startup-sessions N    startup: sessions per kind of start (cold, prewarmed, forked) [8]
+  --startup-sessions N    startup: sessions per kind of start (cold, prewarmed, forked, both) [8]
   --only SECTION          one section: latency, sessions, syscalls or startup [all]
 )";
 
@@ -446,10 +446,14 @@ void startup(const Options& o, const fs::path& library_dir) {
   const Row cold = run("cold", "");
   const Row prewarmed = run("prewarmed", fmt::format("prewarm = {}\n", std::min<std::size_t>(n, 4)));
   const Row forked = run("forked (fork_server)", "fork_server = true\n");
+  const Row both = run("forked and prewarmed",
+                       fmt::format("fork_server = true\nprewarm = {}\n", std::min<std::size_t>(n, 4)));
   std::cout << fmt::format("forked/cold: set-up p50 {}, private memory {} (issue 25's targets: at most 50 ms and 8 MiB); "
                            "forked/prewarmed set-up {}\n",
                            ratio_text(forked.p50_ms, cold.p50_ms), ratio_text(forked.private_mib, cold.private_mib),
                            ratio_text(forked.p50_ms, prewarmed.p50_ms));
+  std::cout << fmt::format("forked and prewarmed/cold: set-up p50 {}, private memory {}\n",
+                           ratio_text(both.p50_ms, cold.p50_ms), ratio_text(both.private_mib, cold.private_mib));
 }
 
 }  // namespace
