@@ -1,5 +1,7 @@
 #include "common/process/child.hpp"
 
+#include "common/process/exec_child.hpp"
+
 #include <fmt/format.h>
 
 #include <fcntl.h>
@@ -35,12 +37,6 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
   return out;
 }
 
-// What the child reports through its close-on-exec pipe when it cannot execute: the step and its errno.
-enum Step : int { kStdio = 1, kChdir = 2, kLimits = 3, kExec = 4, kAffinity = 5 };
-struct Report {
-  int step = 0;
-  int error = 0;
-};
 
 }  // namespace
 
@@ -122,131 +118,53 @@ std::string self_directory() {
   return ec ? std::string() : self.parent_path().string();
 }
 
-void default_signals() {
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
-  }
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-}
-
-void close_fds(unsigned low, unsigned high) {
-  if (low > high) return;
-  if (::syscall(SYS_close_range, low, high, 0) == 0) return;
-  // Kernels before 5.9: one by one, up to the descriptor limit.
-  struct rlimit rl {};
-  unsigned max = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
-                     ? static_cast<unsigned>(std::min<rlim_t>(rl.rlim_cur, 1u << 20))
-                     : 65536u;
-  for (unsigned fd = low; fd <= high && fd < max; ++fd) ::close(static_cast<int>(fd));
-}
-
 pid_t start_child(const ChildOptions& options) {
   if (options.argv.empty()) throw std::system_error(EINVAL, std::generic_category(), "no program to start");
-  // Everything the child touches is made before fork: it may make async-signal-safe calls only (another
-  // thread may hold the allocator's lock).
+  // Everything the child touches is made here, before it exists (detail::clone_and_exec): it shares this
+  // process's memory until it executes, and makes system calls only.
   auto args = c_strings(options.argv);
   std::vector<char*> envp;
   if (options.env) envp = c_strings(*options.env);
-  char** env = options.env ? envp.data() : environ;
-  const char* cwd = options.cwd.empty() ? nullptr : options.cwd.c_str();
-  const char* program = options.path.empty() ? args[0] : options.path.c_str();
 
   int null_fd = -1;
   if (options.stdin_fd < 0 || options.stdout_fd < 0 || options.stderr_fd < 0) {
     null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null_fd < 0) throw StartError(errno, StartError::Step::stdio, "opening /dev/null");
   }
-  int report[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) {
-    const int e = errno;
-    if (null_fd >= 0) ::close(null_fd);
-    throw StartError(e, StartError::Step::stdio, "making a pipe");
-  }
-  const int sources[3] = {options.stdin_fd < 0 ? null_fd : options.stdin_fd,
-                          options.stdout_fd < 0 ? null_fd : options.stdout_fd,
-                          options.stderr_fd < 0 ? null_fd : options.stderr_fd};
+  detail::ExecPlan plan;
+  plan.program = options.path.empty() ? args[0] : options.path.c_str();
+  plan.argv = args.data();
+  plan.envp = options.env ? envp.data() : environ;
+  plan.cwd = options.cwd.empty() ? nullptr : options.cwd.c_str();
+  plan.sources[0] = options.stdin_fd < 0 ? null_fd : options.stdin_fd;
+  plan.sources[1] = options.stdout_fd < 0 ? null_fd : options.stdout_fd;
+  plan.sources[2] = options.stderr_fd < 0 ? null_fd : options.stderr_fd;
+  plan.own_group = options.own_group;
+  plan.die_with_parent = options.die_with_parent;
+  plan.parent = ::getpid();
+  plan.limits = options.limits.data();
+  plan.limit_count = options.limits.size();
+  plan.cpu = options.cpu;
 
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    int out = report[1];
-    auto fail = [&](Step step) {
-      const Report r{step, errno};
-      [[maybe_unused]] auto n = ::write(out, &r, sizeof r);
-      ::_exit(127);
-    };
-    if (options.die_with_parent) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);  // the parent ended before prctl
-    }
-    if (options.own_group) ::setpgid(0, 0);
-    default_signals();
-    // Descriptors below 3 that are to move would be overwritten by an earlier dup2: above 2 with them first.
-    int from[3] = {sources[0], sources[1], sources[2]};
-    if (out < 3) {
-      const int moved = ::fcntl(out, F_DUPFD_CLOEXEC, 3);
-      if (moved < 0) fail(kStdio);
-      out = moved;
-    }
-    for (int i = 0; i < 3; ++i)
-      if (from[i] < 3 && from[i] != i && (from[i] = ::fcntl(from[i], F_DUPFD_CLOEXEC, 3)) < 0) fail(kStdio);
-    for (int i = 0; i < 3; ++i) {
-      // dup2 onto itself would leave close-on-exec set.
-      if (from[i] == i ? ::fcntl(i, F_SETFD, 0) < 0 : ::dup2(from[i], i) < 0) fail(kStdio);
-    }
-    // Nothing else of this process's (a client's socket, the gateway's pipes) reaches the child; the
-    // report pipe closes itself at exec.
-    close_fds(3, static_cast<unsigned>(out) - 1);
-    close_fds(static_cast<unsigned>(out) + 1, ~0u);
-    if (cwd && ::chdir(cwd) != 0) fail(kChdir);
-    for (const auto& [resource, value] : options.limits) {
-      struct rlimit rl {};
-      rl.rlim_cur = rl.rlim_max = static_cast<rlim_t>(value);
-      if (::setrlimit(resource, &rl) != 0) fail(kLimits);
-    }
-    if (options.cpu >= CPU_SETSIZE) {  // beyond any set: refused as the kernel refuses a CPU it lacks
-      errno = EINVAL;
-      fail(kAffinity);
-    }
-    if (options.cpu >= 0) {
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(options.cpu, &one);
-      if (::sched_setaffinity(0, sizeof one, &one) != 0) fail(kAffinity);
-    }
-    ::execve(program, args.data(), env);
-    fail(kExec);
-  }
-  const int fork_errno = errno;
-  ::close(report[1]);
+  const pid_t pid = detail::clone_and_exec(plan);
+  const int clone_errno = errno;
   if (null_fd >= 0) ::close(null_fd);
-  if (pid < 0) {
-    ::close(report[0]);
-    throw StartError(fork_errno, StartError::Step::fork, "fork");
-  }
-  if (options.own_group) ::setpgid(pid, pid);  // also here: the group exists before anyone signals it
-  Report r;
-  ssize_t n;
-  while ((n = ::read(report[0], &r, sizeof r)) < 0 && errno == EINTR) {
-  }
-  ::close(report[0]);
-  if (n != sizeof r) return pid;  // end of file: the exec succeeded
+  if (pid < 0) throw StartError(clone_errno, StartError::Step::fork, "creating the process (clone)");
+  if (plan.failed_step == detail::kNone) return pid;  // it has executed (CLONE_VFORK waited for that)
   while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
-  switch (r.step) {
-    case kChdir:
-      throw StartError(r.error, StartError::Step::chdir,
+  switch (plan.failed_step) {
+    case detail::kChdir:
+      throw StartError(plan.error, StartError::Step::chdir,
                        fmt::format("changing to the working directory '{}'", options.cwd));
-    case kStdio:
-      throw StartError(r.error, StartError::Step::stdio, "setting up its stdin, stdout and stderr");
-    case kAffinity:
-      throw StartError(r.error, StartError::Step::affinity, fmt::format("binding it to CPU {}", options.cpu));
-    case kLimits:
-      throw StartError(r.error, StartError::Step::limits, "setting its resource limits");
+    case detail::kStdio:
+      throw StartError(plan.error, StartError::Step::stdio, "setting up its stdin, stdout and stderr");
+    case detail::kAffinity:
+      throw StartError(plan.error, StartError::Step::affinity, fmt::format("binding it to CPU {}", options.cpu));
+    case detail::kLimits:
+      throw StartError(plan.error, StartError::Step::limits, "setting its resource limits");
     default:
-      throw StartError(r.error, StartError::Step::exec, fmt::format("executing '{}'", program));
+      throw StartError(plan.error, StartError::Step::exec, fmt::format("executing '{}'", plan.program));
   }
 }
 

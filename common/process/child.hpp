@@ -1,5 +1,6 @@
 // Starting child processes, one way for every program of the project: finding the program (with the
-// reason it cannot be run), the child's side between fork and exec, and wait statuses in words.
+// reason it cannot be run), starting it (the child's side before its exec is exec_child.cpp), and wait
+// statuses in words.
 // The gateway starts its workers with start_child, and so do the adapter workers their MCP servers and
 // Ansible's programs. Nothing here uses Asio.
 #pragma once
@@ -39,11 +40,6 @@ ResolvedCommand resolve_command(const std::string& command0, const std::string& 
 // The directory of this process's executable, or empty when /proc does not say.
 std::string self_directory();
 
-// Between fork and exec (async-signal-safe). Every signal back to its default disposition and an empty
-// mask: ignored signals (SIGPIPE, which every program here ignores) and the mask survive exec.
-void default_signals();
-// Closes descriptors low..high (async-signal-safe: no allocation), one by one on kernels before 5.9.
-void close_fds(unsigned low, unsigned high);
 
 struct ChildOptions {
   std::vector<std::string> argv;                    // argv[0] as the program sees it
@@ -70,11 +66,14 @@ class StartError : public std::system_error {
   Step step;
 };
 
-// Forks and executes; returns once the exec succeeded. Only async-signal-safe calls between fork and
-// exec (no allocation: another thread may hold the allocator's lock). Nothing but 0, 1 and 2 reaches the
-// child, with default signals. Throws StartError (a std::system_error) with the errno and the step that
-// failed: fork, a dup2, the chdir, a limit, the exec; a child that failed is reaped first. The caller
-// reaps the pid it gets.
+// Starts the program and returns once it has executed. The child is made as posix_spawn makes one
+// (clone with CLONE_VM | CLONE_VFORK, exec_child.hpp): it makes only system calls before its exec, so
+// the cost of starting it does not grow with this process's memory (a fork copies the page tables, and
+// every page this process's other threads write afterwards faults once). Nothing but 0, 1 and 2 reaches
+// the child, with every signal at its default disposition (an ignored SIGPIPE would survive the exec)
+// and none blocked. Throws StartError (a std::system_error) with the errno and the step that failed:
+// the clone, a dup2, the chdir, a limit, the CPU, the exec; a child that failed is reaped first. The
+// caller reaps the pid it gets.
 pid_t start_child(const ChildOptions& options);
 
 // "exited with status 2", "was killed by signal 9 (Killed)", from a raw wait status.

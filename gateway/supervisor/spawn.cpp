@@ -175,9 +175,10 @@ SpawnedProcess spawn_worker(boost::asio::any_io_executor executor, const config:
     throw SpawnError(std::error_code(ec.value(), std::system_category()),
                      fmt::format("cannot start '{}': its pipes cannot join the event loop: {}", *executable,
                                  ec.message()));
-  // start_child makes only async-signal-safe calls between fork and exec. (Boost.Process's launcher,
-  // used before, told an io_context about the fork in the child, which allocates: under ASan, whose
-  // allocator is not reset at fork, a child could wait for ever for a lock another loop's thread held.)
+  // start_child's child makes only system calls before its exec. (Boost.Process's launcher, used before,
+  // told an io_context about the fork in the child, which allocates: under ASan, whose allocator is not
+  // reset at fork, a child could wait for ever for a lock another loop's thread held.) It shares the
+  // gateway's memory until then, so a start costs the same however many sessions the gateway holds.
   try {
     child.pid = process::start_child(options);
   } catch (const process::StartError& e) {
