@@ -26,7 +26,7 @@ status=0
 if [[ ${PLOT_ONLY:-0} == 0 ]]; then
   if [[ ${SKIP_BUILD:-0} == 0 ]]; then
     "$top/deploy/install-deps.sh"
-    BUILD_DIR=$build "$top/deploy/build.sh" -DRJG_BUILD_TESTS=ON
+    BUILD_DIR=$build "$top/deploy/build.sh" -DRJG_BUILD_TESTS=ON -DRJG_TEST_OPTIMIZATION=-O1
   fi
   mkdir -p "$out"
   rm -f "$out"/*.dat "$out/relay.svg" "$out/relay.png"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything, and runs every test: against the normal build what only
-# it can show (below); the unit tests and the integration suite with AddressSanitizer and
-# UndefinedBehaviorSanitizer (build-asan/, clang), the integration tests where threads meet again with
-# ThreadSanitizer (deploy/tsan.sh, build-tsan/), and last the Robot Framework suites of
-# tests/conformance with the real Python peers (deploy/conformance.sh, BUILD/conformance/) while each
-# fuzz target runs briefly beside them (deploy/fuzz.sh, on the ASan build's fuzzers). Fails if any
-# stage fails; prints each stage's time at the end.
+# it can show (below) and then the Robot Framework suites of tests/conformance with the real Python peers
+# (deploy/conformance.sh, BUILD/conformance/); the unit tests and the integration suite with
+# AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/, clang); the integration tests where
+# threads meet again with ThreadSanitizer (deploy/tsan.sh, build-tsan/), while each fuzz target runs
+# briefly beside them (deploy/fuzz.sh, on the ASan build's fuzzers). Fails if any stage fails; prints
+# each stage's time at the end.
 #
 # Two builds of the tree (the TSan build holds only the gateway and the test worker), and each test
 # program is compiled once. The integration tests are built in the first build and run against the
@@ -16,6 +16,11 @@
 # ASan, UBSan and libFuzzer's coverage (the unit tests run in the first build with SANITIZE=0).
 # Node's MCP reference server, which the MCP adapter's tests run, is installed with npm into BUILD/npm
 # (a pinned version) and named to every stage's tests in RJG_MCP_SERVER.
+#
+# The machine's two cores are busy from start to end: each sanitizer build runs, at the lowest CPU
+# priority, beside the stage before it (the ASan build beside the first build's tests and the
+# conformance suites, whose Python processes leave much of the CPU idle; the TSan build beside the ASan
+# tests), and the fuzzers, which run for a fixed time, beside the TSan tests.
 #
 #   SANITIZE=0    skip the ASan/UBSan build (and the fuzzers)   FUZZ_SECONDS=N  seconds per fuzz target (default 10; 0 skips)
 #   TSAN=0        skip the ThreadSanitizer build
@@ -28,12 +33,14 @@ fuzz_seconds=${FUZZ_SECONDS:-10}
 mcp_server_package=@modelcontextprotocol/server-everything@2026.8.31
 
 # What the adapter workers' tests run, beyond the build's packages (the quick start needs neither):
-# ansible-core for robot-ansible-worker; Node.js and npm for Node's MCP reference server, installed
+# lld, LLVM's linker, for the two sanitizer builds (their 40-odd programs link in a quarter of GNU ld's
+# time; the first build, which the package is made from, keeps the toolchain's own); ansible-core for
+# robot-ansible-worker; Node.js and npm for Node's MCP reference server, installed
 # below. Debian's nodejs and npm, unless a Node.js with npm is already there (NodeSource's nodejs
 # package carries its own npm and conflicts with Debian's).
 # A Node.js whose package left npm's own files without the command (/usr/lib/node_modules/npm) is used with
 # them as they are: installing Debian's npm beside it would conflict.
-test_packages=(ansible-core)
+test_packages=(lld ansible-core)
 npm_cli=/usr/lib/node_modules/npm/bin/npm-cli.js
 if ! command -v npm >/dev/null 2>&1 && ! { command -v node >/dev/null 2>&1 && [[ -f $npm_cli ]]; }; then
   test_packages+=(nodejs npm)
@@ -80,25 +87,40 @@ print_stage_times() {
   echo "test: time per stage (total $((SECONDS)) s):" >&2
   printf '  %s\n' "${stage_times[@]}" >&2
 }
-# On an early exit the background build and fuzzers (each its own process group) are stopped. (Under set -e
-# a failed kill, of one that had ended, would end the trap before the times: hence || true.)
+# On an early exit the background build and fuzzers (each its own process group) and npm are stopped.
+# (Under set -e a failed kill, of one that had ended, would end the trap before the times: hence || true.)
 fuzz=
-trap 'for group in $background $fuzz; do kill -- "-$group" 2>/dev/null || true; done; print_stage_times' EXIT
+npm_job=
+trap 'for group in $background $fuzz; do kill -- "-$group" 2>/dev/null || true; done
+      [[ -n $npm_job ]] && { kill "$npm_job" 2>/dev/null || true; }; print_stage_times' EXIT
 
 # Line tables (-g1) rather than full debug info: a backtrace still names file and line, and the build,
-# most of it test code, takes about a quarter less time. (deploy/build.sh alone builds with -g.)
-BUILD_DIR=$build "$top/deploy/build.sh" -DRJG_BUILD_TESTS=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
-  -DRJG_UNIT_TESTS=$([[ ${SANITIZE:-1} != 0 ]] && echo OFF || echo ON)
-
-# The MCP reference server, once for every stage (npm's registry is the only network this needs).
+# most of it test code, takes about a quarter less time. (deploy/build.sh alone builds with -g.) Test code
+# at -O0 (RJG_TEST_OPTIMIZATION, -O1 by default): here the integration tests only drive the gateway and
+# wait on it, and -O0 compiles them in 40% less CPU (the gateway and the workers keep -O2).
+# The MCP reference server is installed by npm (whose registry is the only network this needs) beside
+# the build, once for every stage.
 mcp_prefix=$build/npm
 mcp_version=${mcp_server_package##*@}
 if ! grep -qs "\"version\": \"$mcp_version\"" "$mcp_prefix/node_modules/@modelcontextprotocol/server-everything/package.json"; then
-  echo "test: installing $mcp_server_package into $mcp_prefix (npm)" >&2
-  npm install --prefix "$mcp_prefix" --no-audit --no-fund --loglevel=error "$mcp_server_package" >&2
+  echo "test: installing $mcp_server_package into $mcp_prefix (npm, beside the build)" >&2
+  mkdir -p "$mcp_prefix"
+  npm install --prefix "$mcp_prefix" --no-audit --no-fund --loglevel=error "$mcp_server_package" \
+    >"$mcp_prefix/install.log" 2>&1 &
+  npm_job=$!
 fi
+BUILD_DIR=$build "$top/deploy/build.sh" -DRJG_BUILD_TESTS=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
+  -DRJG_TEST_OPTIMIZATION=-O0 -DRJG_UNIT_TESTS=$([[ ${SANITIZE:-1} != 0 ]] && echo OFF || echo ON)
+if [[ -n $npm_job ]] && ! wait "$npm_job"; then
+  cat "$mcp_prefix/install.log" >&2
+  echo "test: npm could not install $mcp_server_package (log: $mcp_prefix/install.log)" >&2
+  exit 1
+fi
+npm_job=
 export RJG_MCP_SERVER=$mcp_prefix/node_modules/.bin/mcp-server-everything
 
+# The sanitizer builds link with lld (see test_packages above).
+fast_link=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld)
 if [[ ${SANITIZE:-1} != 0 ]]; then
   # clang, because libFuzzer is clang's: the same build carries the fuzzers (RJG_FUZZ, which implies ASan
   # and UBSan), so the tree is compiled three times, not four. -O1 -g1: ASan at -O2 compiles several times
@@ -107,7 +129,7 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
   echo "sanitizers: building the suite and the fuzzers with ASan and UBSan into $asan_build (in the background)" >&2
   start_build sanitizers "$asan_build/build.log" env BUILD_DIR="$asan_build" "$top/deploy/build.sh" -DCMAKE_CXX_COMPILER=clang++ \
     -DRJG_BUILD_TESTS=ON -DRJG_UNIT_TEST_CASES=OFF -DRJG_INTEGRATION_TESTS=OFF -DRJG_BUILD_BENCH=OFF -DRJG_FUZZ=ON -DRJG_TEST_OPTIMIZATION=-O0 -DCMAKE_BUILD_TYPE=Debug \
-    "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1 -D_GLIBCXX_ASSERTIONS"
+    "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1 -D_GLIBCXX_ASSERTIONS" "${fast_link[@]}"
 fi
 stage "tests (first build)"
 if [[ ${SANITIZE:-1} != 0 ]]; then
@@ -115,7 +137,7 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
   # ones users run, this stage runs what those cannot show: the gateway's peak memory against
   # doc/security.md's formula (MemoryTest), RLIMIT_AS on a worker (PoolRlimitTest: a sanitized worker
   # dies under it), the soak and the churn at full length, the package, the monitoring files, the status
-  # page in a browser and the benchmark's smoke run; the conformance stage at the end runs the real peers
+  # page in a browser and the benchmark's smoke run; the conformance stage next runs the real peers
   # against them too. Every other integration test runs twice (ASan, TSan), not three times: three runs of
   # the suite were the longest part of this command.
   (cd "$build" && ctest --output-on-failure --timeout 300 -j2 \
@@ -124,11 +146,21 @@ else
   (cd "$build" && ctest --output-on-failure --timeout 300 -j2)
 fi
 
+# The real Python peers (Robot Framework, the stock client, the reference server) against the first
+# build's gateway; where python3 cannot import them it says so in one line and passes, unless
+# RJG_REQUIRE_CONFORMANCE=1 (.ci/run). It runs while the ASan build goes on: its Python processes leave
+# much of the two cores idle, which the build takes. A failure is reported at the end, after the other
+# stages have run too.
+stage "conformance"
+conformance_status=0
+BUILD_DIR=$build "$top/deploy/conformance.sh" || conformance_status=$?
+
 if [[ ${SANITIZE:-1} != 0 ]]; then
   stage "ASan and UBSan"
   finish_build
   if [[ ${TSAN:-1} != 0 ]]; then
-    start_build tsan "$tsan_build/build.log" env BUILD_DIR="$tsan_build" TSAN_STEP=build "$top/deploy/tsan.sh"
+    start_build tsan "$tsan_build/build.log" env BUILD_DIR="$tsan_build" TSAN_STEP=build \
+      TSAN_CMAKE_ARGS="${fast_link[*]}" "$top/deploy/tsan.sh"
   fi
   # Inherited by the gateway and the workers the integration tests start. UBSan aborts on the first
   # report (the build uses -fno-sanitize-recover=all), so undefined behaviour fails the test. The
@@ -162,23 +194,9 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
   fi
 fi
 
-if [[ ${TSAN:-1} != 0 ]]; then
-  stage "ThreadSanitizer"
-  # Its own build, log and summary line; it says which tests it runs shorter, and why.
-  if [[ ${SANITIZE:-1} != 0 ]]; then
-    finish_build
-    tsan_step=run
-  else
-    tsan_step=all
-  fi
-  BUILD_DIR=$tsan_build TESTS_BUILD_DIR=$build TSAN_STEP=$tsan_step "$top/deploy/tsan.sh"
-fi
-
-# The real Python peers (Robot Framework, the stock client, the reference server) against the first
-# build's gateway; where python3 cannot import them it says so in one line and passes, unless
-# RJG_REQUIRE_CONFORMANCE=1 (.ci/run). The fuzz targets run beside it, at the lowest CPU priority: its
-# Python processes leave much of the two cores idle, and each target runs for a fixed time, so they only
-# lose a share of their inputs to it (on their own they were a stage of 35 s). Their report follows.
+# The fuzz targets run beside the TSan tests, at the lowest CPU priority: each runs for a fixed time, so
+# they only lose a share of their inputs to the tests (on their own they were a stage of 35 s). Their
+# report follows.
 if [[ ${SANITIZE:-1} != 0 && $fuzz_seconds != 0 ]]; then
   fuzz_log=$asan_build/fuzz/stage.log
   mkdir -p "$(dirname "$fuzz_log")"
@@ -186,13 +204,27 @@ if [[ ${SANITIZE:-1} != 0 && $fuzz_seconds != 0 ]]; then
     >"$fuzz_log" 2>&1 &
   fuzz=$!
 fi
-stage "conformance and fuzz"
-conformance_status=0
-BUILD_DIR=$build "$top/deploy/conformance.sh" || conformance_status=$?
+tsan_status=0
+if [[ ${TSAN:-1} != 0 ]]; then
+  stage "ThreadSanitizer and fuzz"
+  # Its own build, log and summary line; it says which tests it runs shorter, and why.
+  if [[ ${SANITIZE:-1} != 0 ]]; then
+    finish_build
+    tsan_step=run
+  else
+    tsan_step=all
+  fi
+  BUILD_DIR=$tsan_build TESTS_BUILD_DIR=$build TSAN_STEP=$tsan_step "$top/deploy/tsan.sh" || tsan_status=$?
+elif [[ -n $fuzz ]]; then
+  stage "fuzz"
+fi
 fuzz_status=0
 if [[ -n $fuzz ]]; then
   wait "$fuzz" || fuzz_status=$?
   fuzz=
   cat "$fuzz_log" >&2
 fi
-exit $((conformance_status != 0 || fuzz_status != 0))
+if ((conformance_status != 0)); then
+  echo "test: the conformance stage FAILED (above; log: $build/conformance/log.html)" >&2
+fi
+exit $((conformance_status != 0 || tsan_status != 0 || fuzz_status != 0))

@@ -47,8 +47,10 @@ if [[ $step != run ]]; then
   echo "tsan: building the gateway with ThreadSanitizer into $build" >&2
   # -O1: instrumented code at -O0 is much slower still (TSan's own advice is -O1 or more). -g1: line
   # tables, all a report needs. No tests: the normal build's run against this gateway.
+  # TSAN_CMAKE_ARGS: more configure arguments (deploy/test.sh links with lld).
+  # shellcheck disable=SC2086
   BUILD_DIR=$build TARGETS="${instrumented[*]}" "$top/deploy/build.sh" -DRJG_BUILD_TESTS=OFF -DRJG_TSAN=ON \
-    -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1"
+    -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" ${TSAN_CMAKE_ARGS:-}
   [[ $step == build ]] && exit 0
 fi
 
