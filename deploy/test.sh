@@ -3,8 +3,8 @@
 # it can show (below) and then the Robot Framework suites of tests/conformance with the real Python peers
 # (deploy/conformance.sh, BUILD/conformance/); the unit tests and the integration suite with
 # AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/, clang); the integration tests where
-# threads meet again with ThreadSanitizer (deploy/tsan.sh, build-tsan/), while each fuzz target runs
-# briefly beside them (deploy/fuzz.sh, on the ASan build's fuzzers). Fails if any stage fails; prints
+# threads meet again with ThreadSanitizer (deploy/tsan.sh, build-tsan/); and each fuzz target briefly
+# (deploy/fuzz.sh, on the ASan build's fuzzers). Fails if any stage fails; prints
 # each stage's time at the end.
 #
 # Two builds of the tree (the TSan build holds only the gateway and the test worker), and each test
@@ -17,10 +17,10 @@
 # Node's MCP reference server, which the MCP adapter's tests run, is installed with npm into BUILD/npm
 # (a pinned version) and named to every stage's tests in RJG_MCP_SERVER.
 #
-# The machine's two cores are busy from start to end: each sanitizer build runs, at the lowest CPU
+# The machine's two cores are kept busy from start to end: each sanitizer build runs, at the lowest CPU
 # priority, beside the stage before it (the ASan build beside the first build's tests and the
 # conformance suites, whose Python processes leave much of the CPU idle; the TSan build beside the ASan
-# tests), and the fuzzers, which run for a fixed time, beside the TSan tests.
+# tests), and the TSan tests and the fuzzers, which run for a fixed time, beside the ASan tests' end.
 #
 #   SANITIZE=0    skip the ASan/UBSan build (and the fuzzers)   FUZZ_SECONDS=N  seconds per fuzz target (default 10; 0 skips)
 #   TSAN=0        skip the ThreadSanitizer build
@@ -155,13 +155,11 @@ stage "conformance"
 conformance_status=0
 BUILD_DIR=$build "$top/deploy/conformance.sh" || conformance_status=$?
 
+tsan_status=0
+fuzz_status=0
 if [[ ${SANITIZE:-1} != 0 ]]; then
   stage "ASan and UBSan"
   finish_build
-  if [[ ${TSAN:-1} != 0 ]]; then
-    start_build tsan "$tsan_build/build.log" env BUILD_DIR="$tsan_build" TSAN_STEP=build \
-      TSAN_CMAKE_ARGS="${fast_link[*]}" "$top/deploy/tsan.sh"
-  fi
   # Inherited by the gateway and the workers the integration tests start. UBSan aborts on the first
   # report (the build uses -fno-sanitize-recover=all), so undefined behaviour fails the test. The
   # quarantine of freed memory is 16 MiB instead of 256: the soak's loose RSS bounds would otherwise
@@ -169,6 +167,25 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
   # formula in the first build only: even 16 MiB of quarantine went over its tight bound once.)
   export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:strict_init_order=1:quarantine_size_mb=16:allocator_release_to_os_interval_ms=500}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+  # Beside the ASan tests: the TSan build, niced, so that it takes only the CPU they leave while they
+  # wait on processes and sockets; then the TSan tests, at normal priority (niced, a test could starve
+  # past its deadlines), sharing the CPU with the ASan tests' last minute. And the fuzz targets, niced:
+  # each runs for a fixed time, so they only lose a share of their inputs. Their reports follow the
+  # ASan summary.
+  if [[ ${TSAN:-1} != 0 ]]; then
+    mkdir -p "$tsan_build"
+    background_name=tsan background_log=$tsan_build/stage.log
+    BUILD_DIR=$tsan_build TESTS_BUILD_DIR=$build TSAN_CMAKE_ARGS="${fast_link[*]}" setsid bash -c \
+      'nice -n 19 env TSAN_STEP=build "$0" && TSAN_STEP=run "$0"' "$top/deploy/tsan.sh" >"$background_log" 2>&1 &
+    background=$!
+  fi
+  if [[ $fuzz_seconds != 0 ]]; then
+    fuzz_log=$asan_build/fuzz/stage.log
+    mkdir -p "$(dirname "$fuzz_log")"
+    FUZZ_SECONDS=$fuzz_seconds BUILD_DIR=$asan_build FUZZ_STEP=run setsid nice -n 19 "$top/deploy/fuzz.sh" \
+      >"$fuzz_log" 2>&1 &
+    fuzz=$!
+  fi
   # Its own log, so that the ctest summary above stays the only one in this output. The soak and the churn
   # test run at full length in the build above; here they run as under TSan (10 s, 100 sessions: 500 made
   # the churn alone 158 s of this stage), which still goes through every kind of session and fault; the
@@ -194,31 +211,20 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
   fi
 fi
 
-# The fuzz targets run beside the TSan tests, at the lowest CPU priority: each runs for a fixed time, so
-# they only lose a share of their inputs to the tests (on their own they were a stage of 35 s). Their
-# report follows.
-if [[ ${SANITIZE:-1} != 0 && $fuzz_seconds != 0 ]]; then
-  fuzz_log=$asan_build/fuzz/stage.log
-  mkdir -p "$(dirname "$fuzz_log")"
-  FUZZ_SECONDS=$fuzz_seconds BUILD_DIR=$asan_build FUZZ_STEP=run setsid nice -n 19 "$top/deploy/fuzz.sh" \
-    >"$fuzz_log" 2>&1 &
-  fuzz=$!
-fi
-tsan_status=0
 if [[ ${TSAN:-1} != 0 ]]; then
   stage "ThreadSanitizer and fuzz"
-  # Its own build, log and summary line; it says which tests it runs shorter, and why.
+  # Its own build, log and summary lines; it says which tests it runs shorter, and why.
   if [[ ${SANITIZE:-1} != 0 ]]; then
-    finish_build
-    tsan_step=run
+    wait "$background" || tsan_status=$?
+    background=
+    grep -vE '^\[[0-9]+/[0-9]+\] ' "$tsan_build/stage.log" >&2 || true  # all but the build's progress
   else
-    tsan_step=all
+    BUILD_DIR=$tsan_build TESTS_BUILD_DIR=$build TSAN_CMAKE_ARGS="${fast_link[*]}" "$top/deploy/tsan.sh" ||
+      tsan_status=$?
   fi
-  BUILD_DIR=$tsan_build TESTS_BUILD_DIR=$build TSAN_STEP=$tsan_step "$top/deploy/tsan.sh" || tsan_status=$?
 elif [[ -n $fuzz ]]; then
   stage "fuzz"
 fi
-fuzz_status=0
 if [[ -n $fuzz ]]; then
   wait "$fuzz" || fuzz_status=$?
   fuzz=

@@ -133,16 +133,20 @@ class LoopsTest : public GatewayTest {
 };
 
 TEST_F(LoopsTest, EveryLoopBeyondTheFirstIsAThreadOfItsOwn) {
+  // The port accepts once it is bound, a moment before the gateway logs how it serves: wait for the line.
+  const auto logged = [&](std::string_view line) {
+    return eventually([&] { return contains(gateway().log(), line); }, 20s);
+  };
   start_with_threads(1);
+  EXPECT_TRUE(logged("(2 libraries, 1 event loop)")) << gateway().log();
   EXPECT_TRUE(threads_named("rjg-loop-").empty());
-  EXPECT_TRUE(contains(gateway().log(), "(2 libraries, 1 event loop)")) << gateway().log();
 
   start_with_threads(3);
   // The loop threads start once the listeners are bound, so the port may accept a moment before.
   const std::vector<std::string> expected{"rjg-loop-1", "rjg-loop-2"};
   EXPECT_TRUE(eventually([&] { return threads_named("rjg-loop-") == expected; }, 20s))
       << ::testing::PrintToString(threads_named("rjg-loop-"));
-  EXPECT_TRUE(contains(gateway().log(), "(2 libraries, 3 event loops)")) << gateway().log();
+  EXPECT_TRUE(logged("(2 libraries, 3 event loops)")) << gateway().log();
   // And every loop serves: consecutive sessions land on different loops.
   for (int i = 0; i < 6; ++i) {
     auto [client, token] = session();
