@@ -123,8 +123,15 @@ pid_t start_child(const ChildOptions& options) {
   // Everything the child touches is made here, before it exists (detail::clone_and_exec): it shares this
   // process's memory until it executes, and makes system calls only.
   auto args = c_strings(options.argv);
+  // The environment's array is copied even when it is this process's: the child reads it until its exec,
+  // and another thread's setenv could replace it meanwhile.
   std::vector<char*> envp;
-  if (options.env) envp = c_strings(*options.env);
+  if (options.env) {
+    envp = c_strings(*options.env);
+  } else {
+    for (char** e = environ; e && *e; ++e) envp.push_back(*e);
+    envp.push_back(nullptr);
+  }
 
   int null_fd = -1;
   if (options.stdin_fd < 0 || options.stdout_fd < 0 || options.stderr_fd < 0) {
@@ -134,7 +141,7 @@ pid_t start_child(const ChildOptions& options) {
   detail::ExecPlan plan;
   plan.program = options.path.empty() ? args[0] : options.path.c_str();
   plan.argv = args.data();
-  plan.envp = options.env ? envp.data() : environ;
+  plan.envp = envp.data();
   plan.cwd = options.cwd.empty() ? nullptr : options.cwd.c_str();
   plan.sources[0] = options.stdin_fd < 0 ? null_fd : options.stdin_fd;
   plan.sources[1] = options.stdout_fd < 0 ? null_fd : options.stdout_fd;
@@ -145,6 +152,7 @@ pid_t start_child(const ChildOptions& options) {
   plan.limits = options.limits.data();
   plan.limit_count = options.limits.size();
   plan.cpu = options.cpu;
+  if (options.cpu >= 0 && options.cpu < CPU_SETSIZE) CPU_SET(options.cpu, &plan.cpu_set);
 
   const pid_t pid = detail::clone_and_exec(plan);
   const int clone_errno = errno;
@@ -163,6 +171,8 @@ pid_t start_child(const ChildOptions& options) {
       throw StartError(plan.error, StartError::Step::affinity, fmt::format("binding it to CPU {}", options.cpu));
     case detail::kLimits:
       throw StartError(plan.error, StartError::Step::limits, "setting its resource limits");
+    case detail::kGroup:
+      throw StartError(plan.error, StartError::Step::group, "placing it in a process group of its own");
     default:
       throw StartError(plan.error, StartError::Step::exec, fmt::format("executing '{}'", plan.program));
   }

@@ -60,7 +60,7 @@ struct ChildOptions {
 // What start_child could not do, and the step it failed at; code() is the errno.
 class StartError : public std::system_error {
  public:
-  enum class Step { fork, stdio, chdir, limits, affinity, exec };
+  enum class Step { fork, group, stdio, chdir, limits, affinity, exec };
   StartError(int error, Step step, const std::string& what)
       : std::system_error(error, std::generic_category(), what), step(step) {}
   Step step;
@@ -72,8 +72,9 @@ class StartError : public std::system_error {
 // every page this process's other threads write afterwards faults once). Nothing but 0, 1 and 2 reaches
 // the child, with every signal at its default disposition (an ignored SIGPIPE would survive the exec)
 // and none blocked. Throws StartError (a std::system_error) with the errno and the step that failed:
-// the clone, a dup2, the chdir, a limit, the CPU, the exec; a child that failed is reaped first. The
-// caller reaps the pid it gets.
+// the clone, its group, a dup2, the chdir, a limit, the CPU, the exec; a child that failed is reaped
+// first. The caller reaps the pid it gets (which may also be a child killed before its exec, or one that
+// found this process's thread gone: it then ends with status 127).
 pid_t start_child(const ChildOptions& options);
 
 // "exited with status 2", "was killed by signal 9 (Killed)", from a raw wait status.

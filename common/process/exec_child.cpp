@@ -27,6 +27,8 @@ namespace rjg::process::detail {
 namespace {
 
 // The kernel's struct sigaction on x86-64 and arm64 (not glibc's): handler, flags, restorer, mask.
+// (No memset or other library call may creep in here: the compiler is free to add one for a large
+// zeroing, and a sanitizer would intercept it. Whatever needs building is built by the parent.)
 struct KernelSigaction {
   void* handler = nullptr;  // SIG_DFL
   unsigned long flags = 0;
@@ -61,7 +63,8 @@ int child_main(void* arg) {
     sys(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL);
     if (sys(SYS_getppid) != plan.parent) sys(SYS_exit_group, 127);  // the parent ended before prctl
   }
-  if (plan.own_group) sys(SYS_setpgid, 0, 0);
+  // Its own group before anything else can fail or be signalled: killpg must reach it from its start.
+  if (plan.own_group && sys(SYS_setpgid, 0, 0) != 0) give_up(plan, kGroup);
   // Default dispositions (an ignored SIGPIPE would outlive the exec), then no signal blocked: the parent
   // blocked them all around the clone, so no handler of the parent's ever runs in here.
   const KernelSigaction default_action;
@@ -82,7 +85,8 @@ int child_main(void* arg) {
   }
   for (int i = 0; i < 3; ++i) {
     // dup2 onto itself would leave close-on-exec set.
-    if ((from[i] == i ? sys(SYS_fcntl, i, F_SETFD, 0) : sys(SYS_dup2, from[i], i)) < 0) give_up(plan, kStdio);
+    // (dup3, which every architecture has; dup2 is not in arm64's table.)
+    if ((from[i] == i ? sys(SYS_fcntl, i, F_SETFD, 0) : sys(SYS_dup3, from[i], i, 0)) < 0) give_up(plan, kStdio);
   }
   // Nothing else of this process's (a client's socket, the gateway's pipes) reaches the child.
   close_range_from(3, UINT_MAX);
@@ -96,12 +100,9 @@ int child_main(void* arg) {
     errno = EINVAL;
     give_up(plan, kAffinity);
   }
-  if (plan.cpu >= 0) {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(plan.cpu, &one);
-    if (sys(SYS_sched_setaffinity, 0, sizeof one, reinterpret_cast<long>(&one)) != 0) give_up(plan, kAffinity);
-  }
+  if (plan.cpu >= 0 &&
+      sys(SYS_sched_setaffinity, 0, sizeof plan.cpu_set, reinterpret_cast<long>(&plan.cpu_set)) != 0)
+    give_up(plan, kAffinity);
   sys(SYS_execve, reinterpret_cast<long>(plan.program), reinterpret_cast<long>(plan.argv),
       reinterpret_cast<long>(plan.envp));
   give_up(plan, kExec);
@@ -111,19 +112,32 @@ int child_main(void* arg) {
 
 pid_t clone_and_exec(ExecPlan& plan) {
   // The child's own stack: it must not run on this thread's, which is live (this call's frame) while
-  // the child runs. It needs little: child_main's frame and the system calls' wrapper.
+  // the child runs. It needs little: child_main's frame and the system calls' wrapper. Below it a guard
+  // page: an overflow faults instead of writing into whatever this process has mapped there.
   constexpr std::size_t kStackBytes = 64 * 1024;
-  void* stack = ::mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED) return -1;
+  const std::size_t guard = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  void* mapping = ::mmap(nullptr, guard + kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
+                         -1, 0);
+  if (mapping == MAP_FAILED) return -1;
+  if (::mprotect(mapping, guard, PROT_NONE) != 0) {
+    const int e = errno;
+    ::munmap(mapping, guard + kStackBytes);
+    errno = e;
+    return -1;
+  }
+  char* const stack_top = static_cast<char*>(mapping) + guard + kStackBytes;
+  // What the child calls through the PLT is bound here first (syscall, by the mask's call below;
+  // __errno_location, by setting errno): a lazy binding in the child would run the dynamic linker's
+  // resolver in this process's memory.
+  errno = 0;
   // Every signal blocked in this thread, so also in the child until it has set their defaults.
   const std::uint64_t all = ~std::uint64_t{0};
   std::uint64_t old = 0;
   sys(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&all), reinterpret_cast<long>(&old), kSigsetBytes);
-  const pid_t pid = __clone(&child_main, static_cast<char*>(stack) + kStackBytes, CLONE_VM | CLONE_VFORK | SIGCHLD,
-                            &plan);
+  const pid_t pid = __clone(&child_main, stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, &plan);
   const int clone_errno = errno;
   sys(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&old), 0, kSigsetBytes);
-  ::munmap(stack, kStackBytes);
+  ::munmap(mapping, guard + kStackBytes);
   errno = clone_errno;
   return pid;
 }

@@ -3,6 +3,7 @@
 // exec. It lives in a file of its own, compiled without sanitizers (common/process/CMakeLists.txt),
 // because the child shares the parent's memory until it executes (see clone_and_exec).
 
+#include <sched.h>
 #include <sys/types.h>
 
 #include <cstddef>
@@ -12,14 +13,14 @@
 namespace rjg::process::detail {
 
 // The steps the child can fail at; a failed child records one with its errno in ExecPlan.
-enum Step : int { kNone = 0, kStdio = 1, kChdir = 2, kLimits = 3, kExec = 4, kAffinity = 5 };
+enum Step : int { kNone = 0, kStdio = 1, kChdir = 2, kLimits = 3, kExec = 4, kAffinity = 5, kGroup = 6 };
 
 // Everything the child needs, made by the parent before the child exists: the child only reads it and
 // makes system calls (it allocates nothing and calls no library function a sanitizer intercepts).
 struct ExecPlan {
   const char* program = nullptr;
   char* const* argv = nullptr;
-  char* const* envp = nullptr;
+  char* const* envp = nullptr;        // a copy's array: another thread may change environ meanwhile
   const char* cwd = nullptr;          // null: the parent's
   int sources[3] = {-1, -1, -1};      // become the child's 0, 1 and 2
   bool own_group = false;
@@ -28,6 +29,7 @@ struct ExecPlan {
   const std::pair<int, std::uint64_t>* limits = nullptr;
   std::size_t limit_count = 0;
   int cpu = -1;
+  cpu_set_t cpu_set{};                // cpu alone, made by the parent (CPU_ZERO may call memset)
   // Written by a child that could not execute, read by the parent once clone_and_exec returns.
   int failed_step = kNone;
   int error = 0;
