@@ -56,12 +56,12 @@ npm() {  # (type -P: a binary only; command -v would find this function)
 # a busier machine cannot fail them; it only makes them take a little longer.)
 background=
 background_log=
-start_build() {  # NAME LOG COMMAND...: starts COMMAND niced in the background
+start_build() {  # NAME LOG COMMAND...: starts COMMAND in the background at the lowest priority
   background_name=$1 background_log=$2
   shift 2
   mkdir -p "$(dirname "$background_log")"
   # Its own process group (setsid), so that an early exit can stop all of it.
-  setsid nice -n 19 "$@" >"$background_log" 2>&1 &
+  setsid "$top/deploy/lowest-priority.sh" "$@" >"$background_log" 2>&1 &
   background=$!
 }
 finish_build() {  # waits for the background build; fails the run if it failed
@@ -178,13 +178,14 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
     mkdir -p "$tsan_build"
     background_name=tsan background_log=$tsan_build/stage.log
     BUILD_DIR=$tsan_build TESTS_BUILD_DIR=$build TSAN_CMAKE_ARGS="${fast_link[*]}" setsid bash -c \
-      'nice -n 19 env TSAN_STEP=build "$0" && TSAN_STEP=run "$0"' "$top/deploy/tsan.sh" >"$background_log" 2>&1 &
+      '"$1" env TSAN_STEP=build "$0" && { echo 0 >/proc/self/autogroup; } 2>/dev/null; TSAN_STEP=run "$0"' \
+      "$top/deploy/tsan.sh" "$top/deploy/lowest-priority.sh" >"$background_log" 2>&1 &
     background=$!
   fi
   if [[ $fuzz_seconds != 0 ]]; then
     fuzz_log=$asan_build/fuzz/stage.log
     mkdir -p "$(dirname "$fuzz_log")"
-    FUZZ_SECONDS=$fuzz_seconds BUILD_DIR=$asan_build FUZZ_STEP=run setsid nice -n 19 "$top/deploy/fuzz.sh" \
+    FUZZ_SECONDS=$fuzz_seconds BUILD_DIR=$asan_build FUZZ_STEP=run setsid "$top/deploy/lowest-priority.sh" "$top/deploy/fuzz.sh" \
       >"$fuzz_log" 2>&1 &
     fuzz=$!
   fi
