@@ -6,11 +6,7 @@
 
 #include <fcntl.h>
 #include <sched.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,7 +32,6 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
   out.push_back(nullptr);
   return out;
 }
-
 
 }  // namespace
 

@@ -40,7 +40,6 @@ ResolvedCommand resolve_command(const std::string& command0, const std::string& 
 // The directory of this process's executable, or empty when /proc does not say.
 std::string self_directory();
 
-
 struct ChildOptions {
   std::vector<std::string> argv;                    // argv[0] as the program sees it
   std::string path;                                 // the file to execute (resolve_command); empty: argv[0]
