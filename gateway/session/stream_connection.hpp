@@ -33,6 +33,11 @@ struct Transport {
     boost::system::error_code ignored;
     s.close(ignored);
   }
+  // Closes and drops what is still queued for the peer (a socket is reset).
+  static void reset(Stream& s) {
+    boost::system::error_code ignored;
+    s.reset(ignored);
+  }
 };
 
 // stdin/stdout (--stdio): pipes, not a socket; reading stops by closing stdin.
@@ -47,6 +52,7 @@ struct Transport<runtime::DuplexStream<runtime::FdStream, runtime::FdStream>> {
     s.in().close(ignored);
     s.out().close(ignored);
   }
+  static void reset(runtime::DuplexStream<runtime::FdStream, runtime::FdStream>& s) { close(s); }
 };
 
 template <typename Stream>
@@ -245,11 +251,13 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   }
 
   // Closes the transport now: the write in progress fails, the queue is dropped, and every producer
-  // waiting for room (answers, a worker relaying logs) goes on at once.
+  // waiting for room (answers, a worker relaying logs) goes on at once. A socket is reset, so that
+  // what the kernel still holds for a client that reads nothing (up to its send buffer, megabytes) is
+  // freed now, not kept for minutes after the session's slot is free again.
   void abandon_writes() {
     if (abandoned_) return;
     abandoned_ = true;
-    Transport<Stream>::close(stream_.stream());
+    Transport<Stream>::reset(stream_.stream());
   }
 
   asio::awaitable<void> teardown(std::string why) {
