@@ -27,33 +27,16 @@ import base64
 import json
 import os
 import select
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from gateway_process import http_get, running_gateway  # noqa: E402
 
 # A keyword name a client chooses: run as script it would set a mark the test then looks for.
 SCRIPT_KEYWORD = "<script>window.__rjg_injected = 1</script><img src=x onerror=\"window.__rjg_injected = 2\">"
-
-
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def http_get(url):
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return r.status, dict(r.headers), r.read().decode("utf-8")
 
 
 class Session:
@@ -301,89 +284,66 @@ def main():
     args = parser.parse_args()
     sessions_wanted = max(args.sessions, 4)
 
-    problems = []
-    with tempfile.TemporaryDirectory(prefix="rjg-status-page.") as tmp:
-        port, admin = free_ports(2)
-        config = os.path.join(tmp, "gateway.toml")
+    def config(port, admin):
         worker = args.worker
-        with open(config, "w", encoding="utf-8") as f:
-            f.write(f'[gateway]\nlisten = ["tcp://127.0.0.1:{port}"]\nlog_level = "info"\nmax_sessions = 500\n'
-                    f'max_workers = 500\nmax_sessions_per_client = 500\n'
-                    # The shared worker's Sleep outlives its session: the end of the test need not wait for it.
-                    f'drain_timeout = "1s"\n\n'
-                    f'[admin]\nlisten = ["tcp://127.0.0.1:{admin}"]\n\n'
-                    f'[[library]]\nname = "TestLibrary"\ncommand = ["{worker}", "--name", "TestLibrary"]\n'
-                    f'prewarm = 1\n\n'
-                    f'[[library]]\nname = "Lab*"\ncommand = ["{worker}", "--name", "{{library}}"]\nmax_workers = 200\n\n'
-                    f'[[library]]\nname = "SharedTools"\ncommand = ["{worker}", "--name", "SharedTools"]\n'
-                    f'isolation = "shared"\nshutdown_grace = "1s"\n')
-        log_path = os.path.join(tmp, "gateway.log")
-        with open(log_path, "w") as log:
-            proc = subprocess.Popen([args.gateway, "--config", config], stdout=log, stderr=log)
-        sessions = []
-        try:
-            deadline = time.monotonic() + 20  # start-up, not a measurement: the integration harness's bound
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the gateway exited during start-up ({proc.returncode})")
-                try:
-                    if http_get(f"http://127.0.0.1:{admin}/readyz")[0] == 200:
-                        break
-                except (urllib.error.URLError, ConnectionError):
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the admin endpoint 127.0.0.1:{admin} was not ready within 20 s")
-                time.sleep(0.05)
+        return (f'[gateway]\nlisten = ["tcp://127.0.0.1:{port}"]\nlog_level = "info"\nmax_sessions = 500\n'
+                f'max_workers = 500\nmax_sessions_per_client = 500\n'
+                # The shared worker's Sleep outlives its session: the end of the test need not wait for it.
+                f'drain_timeout = "1s"\n\n'
+                f'[admin]\nlisten = ["tcp://127.0.0.1:{admin}"]\n\n'
+                f'[[library]]\nname = "TestLibrary"\ncommand = ["{worker}", "--name", "TestLibrary"]\n'
+                f'prewarm = 1\n\n'
+                f'[[library]]\nname = "Lab*"\ncommand = ["{worker}", "--name", "{{library}}"]\nmax_workers = 200\n\n'
+                f'[[library]]\nname = "SharedTools"\ncommand = ["{worker}", "--name", "SharedTools"]\n'
+                f'isolation = "shared"\nshutdown_grace = "1s"\n')
 
-            # A lab: most sessions on the per-session library, some through the glob entry, a few sharing
-            # one worker; each from its own address, each running Sleep (long enough to outlast the test).
-            labs = ["LabPower", "LabScope", "LabRelay"]
-            plan = []
-            for i in range(sessions_wanted):
-                library = "SharedTools" if i % 10 == 3 else labs[i % 3] if i % 4 == 1 else "TestLibrary"
-                # A shared worker's keyword outlives its session (the gateway cannot cut it short): the end of
-                # the test waits for it, so it sleeps less.
-                keywords = [("Sleep", [15 if library == "SharedTools" else 600])]
-                if i == 0:
-                    keywords.append((SCRIPT_KEYWORD, []))  # waits behind the Sleep: shown as running
-                plan.append((library, keywords))
-            for i, (library, keywords) in enumerate(plan):
-                s = Session(port, f"127.0.{1 + i // 250}.{1 + i % 250}")
-                s.start(library, keywords)
-                sessions.append(s)
-            running = sum(len(k) for _, k in plan)
-            deadline = time.monotonic() + 60
-            while True:
-                status = json.loads(http_get(f"http://127.0.0.1:{admin}/status")[2])
-                seen = sum(len(s.get("keywords_running", [])) for s in status["sessions"])
-                if len(status["sessions"]) == len(plan) and seen == running:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"/status shows {len(status['sessions'])} sessions and {seen} keywords running, "
-                                       f"not {len(plan)} and {running}")
-                time.sleep(0.1)
-
-            admin_origin = f"http://127.0.0.1:{admin}"
-            page = load_page(args.chromium, admin_origin + "/", os.path.join(tmp, "profile"), args.screenshot,
-                             height=args.screenshot_height, slices=args.slices)
-            # The snapshot of the page's moment: sessions and keywords do not change meanwhile.
-            status = json.loads(http_get(f"{admin_origin}/status")[2])
-            problems += check_page(page, status, admin_origin)
-            print(f"status page: {len(status['sessions'])} sessions, {len(page['requests'])} requests, "
-                  f"{len(page['complaints'])} complaints, {len(page['dom'])} bytes of DOM, {page['height']} px high")
-        except Exception as e:
-            with open(log_path) as log:
-                sys.stderr.write("gateway log (tail):\n" + "".join(log.readlines()[-60:]))
-            problems.append(f"{type(e).__name__}: {e}")
-        finally:
-            for s in sessions:
-                s.close()
-            proc.send_signal(signal.SIGTERM)
+    problems = []
+    try:
+        with running_gateway(args.gateway, config, "rjg-status-page.", log_tail_lines=60, stop_timeout=60) as g:
+            port, admin = g.port, g.admin
+            sessions = []
             try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                # A lab: most sessions on the per-session library, some through the glob entry, a few sharing
+                # one worker; each from its own address, each running Sleep (long enough to outlast the test).
+                labs = ["LabPower", "LabScope", "LabRelay"]
+                plan = []
+                for i in range(sessions_wanted):
+                    library = "SharedTools" if i % 10 == 3 else labs[i % 3] if i % 4 == 1 else "TestLibrary"
+                    # A shared worker's keyword outlives its session (the gateway cannot cut it short): the end of
+                    # the test waits for it, so it sleeps less.
+                    keywords = [("Sleep", [15 if library == "SharedTools" else 600])]
+                    if i == 0:
+                        keywords.append((SCRIPT_KEYWORD, []))  # waits behind the Sleep: shown as running
+                    plan.append((library, keywords))
+                for i, (library, keywords) in enumerate(plan):
+                    s = Session(port, f"127.0.{1 + i // 250}.{1 + i % 250}")
+                    s.start(library, keywords)
+                    sessions.append(s)
+                running = sum(len(k) for _, k in plan)
+                deadline = time.monotonic() + 60
+                while True:
+                    status = json.loads(http_get(f"http://127.0.0.1:{admin}/status")[2])
+                    seen = sum(len(s.get("keywords_running", [])) for s in status["sessions"])
+                    if len(status["sessions"]) == len(plan) and seen == running:
+                        break
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"/status shows {len(status['sessions'])} sessions and {seen} keywords running, "
+                                           f"not {len(plan)} and {running}")
+                    time.sleep(0.1)
+
+                admin_origin = f"http://127.0.0.1:{admin}"
+                page = load_page(args.chromium, admin_origin + "/", os.path.join(g.dir, "profile"), args.screenshot,
+                                 height=args.screenshot_height, slices=args.slices)
+                # The snapshot of the page's moment: sessions and keywords do not change meanwhile.
+                status = json.loads(http_get(f"{admin_origin}/status")[2])
+                problems += check_page(page, status, admin_origin)
+                print(f"status page: {len(status['sessions'])} sessions, {len(page['requests'])} requests, "
+                      f"{len(page['complaints'])} complaints, {len(page['dom'])} bytes of DOM, {page['height']} px high")
+            finally:
+                for s in sessions:
+                    s.close()
+    except Exception as e:
+        problems.append(f"{type(e).__name__}: {e}")
     for p in problems:
         print("FAIL:", p)
     if problems:

@@ -32,14 +32,12 @@ import argparse
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from gateway_process import http_get, running_gateway  # noqa: E402
 
 try:
     import yaml
@@ -308,70 +306,24 @@ def dashboard_expressions(path):
 
 # --- The gateway -------------------------------------------------------------------------------------
 
-def free_ports(count):
-    """Loopback ports that were free a moment ago, distinct (each socket stays bound until all are picked)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def http_get(url):
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return r.status, r.read().decode("utf-8")
-
-
 def live_metrics(gateway, cli, worker):
     """/metrics of a real gateway after an import, a passing and a failing keyword."""
-    with tempfile.TemporaryDirectory(prefix="rjg-metric-names.") as tmp:
-        port, admin = free_ports(2)
-        config = os.path.join(tmp, "gateway.toml")
-        with open(config, "w", encoding="utf-8") as f:
-            f.write(f'[gateway]\nlisten = ["tcp://127.0.0.1:{port}"]\nlog_level = "info"\n\n'
-                    f'[admin]\nlisten = ["tcp://127.0.0.1:{admin}"]\n\n'
-                    f'[[library]]\nname = "TestLibrary"\ncommand = ["{worker}", "--name", "TestLibrary"]\n')
-        log_path = os.path.join(tmp, "gateway.log")
-        with open(log_path, "w") as log:
-            proc = subprocess.Popen([gateway, "--config", config], stdout=log, stderr=log)
-        try:
-            # Start-up, not a measurement: the same bound the integration harness gives the gateway.
-            deadline = time.monotonic() + 20
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the gateway exited during start-up ({proc.returncode})")
-                try:
-                    if http_get(f"http://127.0.0.1:{admin}/readyz")[0] == 200:
-                        break
-                except (urllib.error.URLError, ConnectionError):
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the gateway's admin endpoint 127.0.0.1:{admin} was not ready within 20 s")
-                time.sleep(0.05)
-            server = f"tcp://127.0.0.1:{port}"
-            for args, code in ((["run", "TestLibrary", "Echo", "hello"], 0), (["run", "TestLibrary", "Fail", "boom"], 1)):
-                r = subprocess.run([cli, "--server", server] + args, capture_output=True, text=True, timeout=60)
-                if r.returncode != code:
-                    raise RuntimeError(f"robot-jsonrpc-cli {' '.join(args)} exited {r.returncode}, expected {code}:\n"
-                                       f"{r.stdout}{r.stderr}")
-            status, text = http_get(f"http://127.0.0.1:{admin}/metrics")
-            if status != 200:
-                raise RuntimeError(f"/metrics answered {status}")
-            return text
-        except Exception:
-            with open(log_path) as log:
-                sys.stderr.write("gateway log:\n" + log.read())
-            raise
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    def config(port, admin):
+        return (f'[gateway]\nlisten = ["tcp://127.0.0.1:{port}"]\nlog_level = "info"\n\n'
+                f'[admin]\nlisten = ["tcp://127.0.0.1:{admin}"]\n\n'
+                f'[[library]]\nname = "TestLibrary"\ncommand = ["{worker}", "--name", "TestLibrary"]\n')
+
+    with running_gateway(gateway, config, "rjg-metric-names.") as g:
+        server = f"tcp://127.0.0.1:{g.port}"
+        for args, code in ((["run", "TestLibrary", "Echo", "hello"], 0), (["run", "TestLibrary", "Fail", "boom"], 1)):
+            r = subprocess.run([cli, "--server", server] + args, capture_output=True, text=True, timeout=60)
+            if r.returncode != code:
+                raise RuntimeError(f"robot-jsonrpc-cli {' '.join(args)} exited {r.returncode}, expected {code}:\n"
+                                   f"{r.stdout}{r.stderr}")
+        status, _, text = http_get(f"http://127.0.0.1:{g.admin}/metrics")
+        if status != 200:
+            raise RuntimeError(f"/metrics answered {status}")
+        return text
 
 
 def promql_syntax(expressions, variables):
