@@ -563,8 +563,8 @@ const std::vector<Key<Gateway>>& gateway_keys() {
       integer("max_pending_requests", &Gateway::max_pending_requests, {.min = 1, .max = 65536},
               "Most unanswered requests of one connection; a request beyond it is answered with an error at once."),
       duration("write_timeout", &Gateway::write_timeout, {.nonzero = true},
-               "A client whose answers wait unread (its write queue full) for this long is disconnected (reset), "
-               "so that it cannot hold a shared worker's output."),
+               "A client whose answers wait unread (its write queue full) for this long is disconnected, so that "
+               "it cannot hold a shared worker's output."),
       integer("max_object_members", &Gateway::max_object_members, {.min = 16, .max = 16 * 1024 * 1024},
               "Most members of one JSON object in a message; a message with a larger object is rejected."),
       integer("threads", &Gateway::threads, {.max = 1024, .zero = "one per core"},

@@ -223,14 +223,6 @@ void FdStream::close(boost::system::error_code& ec) {
   fd_ = -1;
 }
 
-void FdStream::reset(boost::system::error_code& ec) {
-  if (fd_ >= 0) {
-    const ::linger now{.l_onoff = 1, .l_linger = 0};
-    (void)::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &now, sizeof now);  // ENOTSOCK for a pipe: closed as is
-  }
-  close(ec);
-}
-
 void FdStream::shutdown(boost::asio::socket_base::shutdown_type what, boost::system::error_code& ec) {
   ec.clear();
   if (fd_ < 0) {

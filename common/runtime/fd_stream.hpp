@@ -196,10 +196,6 @@ class FdStream {
 
   // Operations waiting on it complete with operation_aborted.
   void close(boost::system::error_code& ec);
-  // close(), but a socket is reset (SO_LINGER 0): the kernel drops what it still holds for the peer at
-  // once, instead of keeping it (up to the send buffer, megabytes) while a peer that reads nothing
-  // leaves the window closed. Other descriptors are just closed.
-  void reset(boost::system::error_code& ec);
   // Sockets only (shutdown(2)); a pending read then sees the end of the stream.
   void shutdown(boost::asio::socket_base::shutdown_type what, boost::system::error_code& ec);
   void cancel();

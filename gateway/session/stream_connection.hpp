@@ -33,11 +33,6 @@ struct Transport {
     boost::system::error_code ignored;
     s.close(ignored);
   }
-  // Closes and drops what is still queued for the peer (a socket is reset).
-  static void reset(Stream& s) {
-    boost::system::error_code ignored;
-    s.reset(ignored);
-  }
 };
 
 // stdin/stdout (--stdio): pipes, not a socket; reading stops by closing stdin.
@@ -52,7 +47,6 @@ struct Transport<runtime::DuplexStream<runtime::FdStream, runtime::FdStream>> {
     s.in().close(ignored);
     s.out().close(ignored);
   }
-  static void reset(runtime::DuplexStream<runtime::FdStream, runtime::FdStream>& s) { close(s); }
 };
 
 template <typename Stream>
@@ -251,13 +245,11 @@ class StreamConnection final : public Connection, public std::enable_shared_from
   }
 
   // Closes the transport now: the write in progress fails, the queue is dropped, and every producer
-  // waiting for room (answers, a worker relaying logs) goes on at once. A socket is reset, so that
-  // what the kernel still holds for a client that reads nothing (up to its send buffer, megabytes) is
-  // freed now, not kept for minutes after the session's slot is free again.
+  // waiting for room (answers, a worker relaying logs) goes on at once.
   void abandon_writes() {
     if (abandoned_) return;
     abandoned_ = true;
-    Transport<Stream>::reset(stream_.stream());
+    Transport<Stream>::close(stream_.stream());
   }
 
   asio::awaitable<void> teardown(std::string why) {

@@ -32,7 +32,6 @@ template <>
 struct Transport<TestStream> {
   static void stop_reading(TestStream&) {}
   static void close(TestStream& s) { s.close(); }
-  static void reset(TestStream& s) { s.close(); }
 };
 
 }  // namespace rjg::gateway::session
