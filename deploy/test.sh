@@ -178,7 +178,7 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
     mkdir -p "$tsan_build"
     background_name=tsan background_log=$tsan_build/stage.log
     BUILD_DIR=$tsan_build TESTS_BUILD_DIR=$build TSAN_CMAKE_ARGS="${fast_link[*]}" setsid bash -c \
-      '"$1" env TSAN_STEP=build "$0" && { echo 0 >/proc/self/autogroup; } 2>/dev/null; TSAN_STEP=run "$0"' \
+      '"$1" env TSAN_STEP=build "$0" && { { echo 0 >/proc/self/autogroup; } 2>/dev/null; TSAN_STEP=run "$0"; }' \
       "$top/deploy/tsan.sh" "$top/deploy/lowest-priority.sh" >"$background_log" 2>&1 &
     background=$!
   fi
