@@ -22,14 +22,14 @@
 # conformance suites, whose Python processes leave much of the CPU idle; the TSan build beside the ASan
 # tests), and the TSan tests and the fuzzers, which run for a fixed time, beside the ASan tests' end.
 #
-#   SANITIZE=0    skip the ASan/UBSan build (and the fuzzers)   FUZZ_SECONDS=N  seconds per fuzz target (default 10; 0 skips)
+#   SANITIZE=0    skip the ASan/UBSan build (and the fuzzers)   FUZZ_SECONDS=N  seconds per fuzz target (default 5; 0 skips)
 #   TSAN=0        skip the ThreadSanitizer build
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$top/build}
 asan_build=${ASAN_BUILD_DIR:-$build-asan}
 tsan_build=${TSAN_BUILD_DIR:-$build-tsan}
-fuzz_seconds=${FUZZ_SECONDS:-10}
+fuzz_seconds=${FUZZ_SECONDS:-5}
 mcp_server_package=@modelcontextprotocol/server-everything@2026.8.31
 
 # What the adapter workers' tests run, beyond the build's packages (the quick start needs neither):
@@ -136,13 +136,13 @@ if [[ ${SANITIZE:-1} != 0 ]]; then
   # The integration suite runs against the ASan and the TSan build's programs below. Against the optimized
   # ones users run, this stage runs what those cannot show: the gateway's peak memory against
   # doc/security.md's formula (MemoryTest), RLIMIT_AS on a worker (PoolRlimitTest: a sanitized worker
-  # dies under it), the churn at full length (1000 sessions) and the soak for 20 s (40 when run alone:
+  # dies under it), the churn at full length (1000 sessions) and the soak for 10 s (40 when run alone:
   # its two dozen clients keep both cores busy, here at the ASan build's expense; the sanitizer stages
   # run it for 10 s more each), the package, the monitoring files, the status page in a browser and the
   # benchmark's smoke run; the conformance stage next runs the real peers against them too. Every other
   # integration test runs twice (ASan, TSan), not three times: three runs of the suite were the longest
   # part of this command.
-  (cd "$build" && RJG_SOAK_SECONDS=${RJG_SOAK_SECONDS:-20} ctest --output-on-failure --timeout 300 -j2 \
+  (cd "$build" && RJG_SOAK_SECONDS=${RJG_SOAK_SECONDS:-10} ctest --output-on-failure --timeout 300 -j2 \
     -R '^(package|monitoring|browser|bench)\.|MemoryTest|PoolRlimitTest|SoakTest|ChurnTest')
 else
   (cd "$build" && ctest --output-on-failure --timeout 300 -j2)
