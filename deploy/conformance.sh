@@ -13,7 +13,8 @@
 # --skiponfailure gap: such a test that fails is reported as skipped, with its failure message, and one
 # that passes counts as passed, so closing a gap turns its tests green by itself. Every other test must
 # pass. Then the reference server's suites run again with fork_server = true, the fork server's unittest
-# tests (tests/fork_server) run, with one line each, and the Python benchmark's smoke run
+# tests (tests/fork_server) run, then the gateway's supervision of forked workers with the real reference
+# server (ReferenceForkServerTest), each with one line, and the Python benchmark's smoke run
 # (rjg-bench-python --quick). The last line is robot's `conformance: N
 # passed, N failed, N skipped`.
 #
@@ -93,6 +94,25 @@ else
   echo "conformance: the fork server's tests: $summary; log $out/fork_server.log" >&2
 fi
 
+# The gateway's supervision of forked workers with the real template and reference server: a crash, a
+# keyword timeout, a reload and a dead template (ReferenceForkServerTest in rjg-pool-tests, which skips
+# where RJG_REFERENCE_PYTHON is not set). All four must run and pass.
+supervision_status=0
+if [[ -x $build/bin/rjg-pool-tests ]]; then
+  RJG_REFERENCE_PYTHON=$(command -v "$python") "$build/bin/rjg-pool-tests" --gtest_filter='ReferenceForkServerTest.*' \
+    >"$out/fork_server_supervision.log" 2>&1 || supervision_status=$?
+  if ((supervision_status)) || ! grep -q '^\[  PASSED  \] 4 tests\.' "$out/fork_server_supervision.log" ||
+    grep -q '^\[  SKIPPED \]' "$out/fork_server_supervision.log"; then
+    grep -aE '^\[  (FAILED|SKIPPED) ' "$out/fork_server_supervision.log" >&2 || true
+    echo "conformance: FAILED: the gateway's supervision of forked workers with the real reference server" \
+      "(exit status $supervision_status); log $out/fork_server_supervision.log" >&2
+    supervision_status=1
+  else
+    echo "conformance: a crash, a keyword timeout, a reload and a dead template with the real template and" \
+      "reference server: 4 passed; log $out/fork_server_supervision.log" >&2
+  fi
+fi
+
 # The Python benchmark's smoke run (rjg-bench-python --quick, about 15 s), here because the peers are:
 # every row must be printed; no figure is checked.
 bench_status=0
@@ -157,4 +177,4 @@ if status:
 total = result.statistics.total
 print("conformance: %d passed, %d failed, %d skipped" % (total.passed, total.failed, total.skipped))
 EOF
-exit $((status != 0 || forked_status != 0 || fork_status != 0 || bench_status != 0))
+exit $((status != 0 || forked_status != 0 || fork_status != 0 || supervision_status != 0 || bench_status != 0))

@@ -1,8 +1,10 @@
 // fork_server = true, end to end: the real gateway starts a library's template process, forks its
 // workers through it over the control socket, supervises it (restart after a death, plain starts while
 // it is down, a new one on reload, none left after a stop). The template here is rjg-fake-python, a
-// stand-in that speaks the template's wire format and runs the test worker (the real template, with the
-// real reference server, runs in the conformance stage: tests/fork_server, tests/conformance).
+// stand-in that speaks the template's wire format and runs the test worker. ReferenceForkServerTest, at
+// the end, runs a crash, a keyword timeout, a reload and a dead template again with the real template and
+// the real reference server: where RJG_REFERENCE_PYTHON names an interpreter that imports it (the
+// conformance stage sets it), and skipped elsewhere. The reference server's suites run forked there too.
 //
 // Nothing here asserts how long anything takes; deadlines only keep a broken gateway from hanging a test.
 #include "tests/integration/gateway_test.hpp"
@@ -12,6 +14,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cstdlib>
 #include <regex>
 
 #ifndef RJG_FAKE_PYTHON_BIN
@@ -211,6 +214,173 @@ TEST_F(ForkServerTest, AReloadThatChangesTheLibraryReplacesItsTemplate) {
   EXPECT_EQ(keyword(a, token_a, "Echo", json::array{"old"}), json::value("old"));
   auto [b, token_b] = session("Reloaded");
   EXPECT_EQ(forked_by(b, token_b), templates("Reloaded").at(1));
+}
+
+// A library of the real reference server's, written next to the test's gateway: what the cases below ask
+// of a worker, from its own process.
+constexpr const char* kProbeLibrary = R"(import os
+import signal
+import time
+
+
+class ForkProbe:
+    def __init__(self):
+        self.calls = 0
+
+    def get_pid(self):
+        return os.getpid()
+
+    def get_ppid(self):
+        return os.getppid()
+
+    def count_calls(self):
+        self.calls += 1
+        return self.calls
+
+    def echo(self, value):
+        return value
+
+    def crash(self):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def sleep_for(self, seconds):
+        time.sleep(float(seconds))
+)";
+
+class ReferenceForkServerTest : public ForkServerTest {
+ protected:
+  void SetUp() override {
+    ForkServerTest::SetUp();
+    const char* python = std::getenv("RJG_REFERENCE_PYTHON");
+    if (python == nullptr || *python == '\0')
+      GTEST_SKIP() << "RJG_REFERENCE_PYTHON is not set: it names a Python that imports robot_jsonrpcremote_server "
+                      "(deploy/conformance.sh sets it)";
+    python_ = python;
+    write_file(dir_.path() / "ForkProbe.py", kProbeLibrary);
+  }
+
+  // ForkProbe served by the real reference server on stdio, its workers forked from the real template.
+  LibrarySpec reference_library(const std::string& name, const std::string& toml = {}) {
+    LibrarySpec spec = command_library(
+        name, {python_, "-m", "robot_jsonrpcremote_server", "--stdio", "--pythonpath", dir_.path().string(), "ForkProbe"});
+    if (const char* path = std::getenv("PYTHONPATH")) spec.env["PYTHONPATH"] = path;
+    spec.env["PYTHONDONTWRITEBYTECODE"] = "1";
+    spec.extra_toml = "fork_server = true\n" + toml;
+    return spec;
+  }
+
+  // Connect, initialize and import ForkProbe through `library`; the worker's pid, remembered.
+  struct ProbeSession {
+    client::RpcClient client;
+    std::string token;
+    pid_t pid;
+  };
+  ProbeSession probe(const std::string& library) {
+    auto [c, token] = session(library);
+    const pid_t pid = remember_pid(static_cast<pid_t>(as_int(keyword(c, token, "Get Pid"))));
+    return {std::move(c), std::move(token), pid};
+  }
+
+  // The template that forked `worker`, from the gateway's line for its start; 0 for a plain start.
+  pid_t forked_by_log(const std::string& library, pid_t worker) {
+    const auto pids = captured_pids(
+        gateway().log(),
+        fmt::format(R"(worker {}\[{}\]: started: robot_jsonrpcremote_server forked by the fork server pid (\d+))",
+                    library, worker));
+    return pids.empty() ? 0 : pids.front();
+  }
+
+  std::string python_;
+  TempDir dir_{"rjg-fork-probe"};
+};
+
+TEST_F(ReferenceForkServerTest, ACrashedWorkerFailsItsKeywordAndTheNextImportIsForkedAgain) {
+  start({reference_library("Probe")});
+  ASSERT_TRUE(ready_eventually("Probe"));
+  const pid_t template_pid = templates("Probe").at(0);
+  auto a = probe("Probe");
+  EXPECT_EQ(forked_by_log("Probe", a.pid), template_pid);
+  EXPECT_EQ(as_int(keyword(a.client, a.token, "Get Ppid")), gateway().pid()) << "not the gateway's child";
+
+  auto reply = a.client.run_keyword(a.token, "Crash");
+  ASSERT_TRUE(reply.ok()) << describe(reply);
+  ASSERT_NE(reply.keyword_error(), nullptr) << describe(reply);
+  EXPECT_TRUE(contains(reply.failure_message(), fmt::format("pid {}", a.pid))) << reply.failure_message();
+  EXPECT_TRUE(contains(reply.failure_message(), "signal 9")) << reply.failure_message();
+  EXPECT_TRUE(wait_pid_gone(a.pid, 10s)) << "the crashed worker was not reaped";
+  EXPECT_FALSE(pid_gone(template_pid)) << "a worker's crash took its template along";
+
+  auto b = probe("Probe");
+  EXPECT_NE(b.pid, a.pid);
+  EXPECT_EQ(forked_by_log("Probe", b.pid), template_pid);
+  EXPECT_EQ(keyword(b.client, b.token, "Echo", json::array{"after the crash"}), json::value("after the crash"));
+}
+
+TEST_F(ReferenceForkServerTest, AKeywordOverKeywordTimeoutFailsAndItsWorkerIsStopped) {
+  // The reference server leaves SIGTERM for after the running keyword: the stop ends in SIGKILL after the
+  // grace, and the session's next keyword waits for it.
+  LibrarySpec spec = reference_library("Slow", "keyword_timeout = \"1s\"\n");
+  spec.shutdown_grace = "1s";
+  start({spec});
+  ASSERT_TRUE(ready_eventually("Slow"));
+  const pid_t template_pid = templates("Slow").at(0);
+  auto a = probe("Slow");
+  ASSERT_EQ(forked_by_log("Slow", a.pid), template_pid);
+
+  auto reply = a.client.run_keyword(a.token, "Sleep For", json::array{60});
+  ASSERT_TRUE(reply.ok()) << describe(reply);
+  ASSERT_NE(reply.keyword_error(), nullptr) << describe(reply);
+  const auto message = reply.failure_message();
+  EXPECT_TRUE(contains(message, "Sleep For")) << message;
+  EXPECT_TRUE(contains(message, "keyword_timeout")) << message;
+  EXPECT_TRUE(contains(message, fmt::format("{}", a.pid))) << message;
+  EXPECT_TRUE(wait_pid_gone(a.pid, 10s)) << "the worker that overran keyword_timeout still runs";
+
+  // The same session goes on with a fresh instance, in a worker forked again.
+  EXPECT_EQ(as_int(keyword(a.client, a.token, "Count Calls")), 1) << "not a fresh instance";
+  const pid_t next = remember_pid(static_cast<pid_t>(as_int(keyword(a.client, a.token, "Get Pid"))));
+  EXPECT_NE(next, a.pid);
+  EXPECT_EQ(forked_by_log("Slow", next), template_pid);
+}
+
+TEST_F(ReferenceForkServerTest, AReloadThatChangesTheLibraryReplacesItsTemplate) {
+  GatewayOptions options;
+  start({reference_library("Reloaded", "preload = [\"json\"]\n")}, options);
+  ASSERT_TRUE(ready_eventually("Reloaded"));
+  const pid_t old_template = templates("Reloaded").at(0);
+  auto a = probe("Reloaded");
+  ASSERT_EQ(forked_by_log("Reloaded", a.pid), old_template);
+
+  write_file(gateway().config_path(),
+             make_config(gateway().port(), {reference_library("Reloaded", "preload = [\"csv\"]\n")}, options));
+  gateway().signal(SIGHUP);
+  ASSERT_TRUE(ready_eventually("Reloaded", 2)) << "the changed library got no template of its own";
+  const pid_t new_template = templates("Reloaded").at(1);
+  EXPECT_TRUE(wait_pid_gone(old_template, 10s)) << "the retired pool's template still runs";
+  // The session of the old settings keeps its worker; a new import gets one of the new template.
+  EXPECT_EQ(keyword(a.client, a.token, "Echo", json::array{"old"}), json::value("old"));
+  EXPECT_EQ(as_int(keyword(a.client, a.token, "Get Pid")), a.pid);
+  auto b = probe("Reloaded");
+  EXPECT_EQ(forked_by_log("Reloaded", b.pid), new_template);
+}
+
+TEST_F(ReferenceForkServerTest, ATemplateThatDiesIsStartedAgainAndTheWorkersItForkedLiveOn) {
+  start({reference_library("Phoenix")});
+  ASSERT_TRUE(ready_eventually("Phoenix"));
+  const pid_t first = templates("Phoenix").at(0);
+  auto a = probe("Phoenix");
+  ASSERT_EQ(forked_by_log("Phoenix", a.pid), first);
+
+  ASSERT_EQ(::kill(first, SIGKILL), 0);
+  ASSERT_TRUE(log_eventually("fork server of library 'Phoenix': pid")) << "the death was not told";
+  EXPECT_TRUE(contains(gateway().log(), "workers it forked live on"));
+  EXPECT_EQ(keyword(a.client, a.token, "Echo", json::array{"still here"}), json::value("still here"));
+  EXPECT_EQ(as_int(keyword(a.client, a.token, "Count Calls")), 1) << "the session's instance was lost";
+
+  ASSERT_TRUE(ready_eventually("Phoenix", 2)) << "the template was not started again";
+  auto b = probe("Phoenix");
+  EXPECT_EQ(forked_by_log("Phoenix", b.pid), templates("Phoenix").at(1));
+  EXPECT_EQ(keyword(b.client, b.token, "Echo", json::array{"new"}), json::value("new"));
 }
 
 }  // namespace
