@@ -380,6 +380,47 @@ class TemplateGoneTest(unittest.TestCase):
             self.assertEqual(status, 0, stderr)
 
 
+def private_pages(pid):
+    with open(f"/proc/{pid}/smaps_rollup") as rollup:
+        kib = sum(int(line.split()[1]) for line in rollup if line.startswith(("Private_Clean:", "Private_Dirty:")))
+    return kib * 1024 // resource.getpagesize()
+
+
+class PagePlanTest(unittest.TestCase):
+    """The first worker learns which of the template's pages a session makes its own; later ones copy them
+    ahead (robot_jsonrpc_fork_control.PagePlan)."""
+
+    def test_workers_forked_after_the_first_session_copy_its_pages_before_theirs_begins(self):
+        with tempfile.TemporaryDirectory() as cwd:
+            template = Template(cwd)
+            self.addCleanup(template.close)
+            first = template.fork()
+            self.addCleanup(first.kill)
+            token = first.start_session()
+            for _ in range(3):
+                first.call("robot/run_keyword", {"library_token": token, "name": "Echo", "args": ["x"], "kwargs": {}})
+            # A worker forked while nothing is learned yet starts as before: it is not the learner either.
+            learned_text = f"(learned from worker pid {first.pid}'s session)"
+            self.assertNotIn(learned_text, template.log())
+            second = template.fork()
+            self.addCleanup(second.kill)
+            self.assertIn(learned_text, template.log(), "the first worker's plan was not taken")
+            line = next(line for line in template.log().splitlines() if learned_text in line)
+            pages = int(line.split("copy ")[1].split(" pages")[0])
+            self.assertGreater(pages, 200, line)
+            # Before its session: its handshake only, yet it holds the learned pages of its own.
+            second.call("robot/initialize", {"capabilities": {}, "client_info": {"name": "test", "version": "0"}})
+            self.assertGreaterEqual(private_pages(second.pid), pages)
+            # And it serves exactly as the first did.
+            second.send({"jsonrpc": "2.0", "method": "robot/initialized", "params": {}})
+            token = second.call("robot/import_library", {"name": "", "args": []})["token"]
+            self.assertEqual(second.call("robot/run_keyword", {"library_token": token, "name": "Echo", "args": ["y"],
+                                                               "kwargs": {}}), {"result": "y"})
+            for worker in (first, second):
+                status, _, stderr = worker.finish()
+                self.assertEqual(status, 0, stderr)
+
+
 class CommandLineTest(unittest.TestCase):
     def run_template(self, arguments, cwd=None):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -147,7 +147,35 @@ class Template:
             os._exit(0)
         # In the new worker: the template's loop is left for good, and the session runs in this hook.
         self.start.give_back_stop_signals()
-        return self.start.serve()
+        self.learn_after_first_commands()
+        self.start.serve()
+        # The session is over (if it ended before its second command): Robot's end of the suite and the
+        # server's stop, which come next, write to pages no session needs ahead.
+        self.forker.plan.learn()
+
+    def learn_after_first_commands(self, commands=2):
+        """In the worker that learns the page plan: learns once its import and first keyword have run.
+
+        The runner thread takes each command from the context's queue when the one before has ended; the
+        plan is learned there, between two commands, once (a few milliseconds).
+        """
+        plan = self.forker.plan
+        queue = getattr(self.start.context, "_command_queue", None)
+        take = getattr(queue, "get", None)
+        if not plan.is_learner or take is None:
+            return  # (another version of the server: the plan is learned when the session ends)
+        done = 0
+
+        def get(*args, **kwargs):
+            nonlocal done
+            if done >= commands:
+                del queue.get  # the queue's own method again
+                plan.learn()
+            item = take(*args, **kwargs)
+            done += 1
+            return item
+
+        queue.get = get
 
     def get_ready(self):
         self.start.take_stop_signals()
@@ -182,6 +210,9 @@ class Template:
 
     def handle(self, request):
         """Answers one request. True only in a new worker, which must then leave the template's loop."""
+        learned = self.forker.plan.before_fork()
+        if learned:
+            log(self.name, "INFO", learned)
         try:
             pid = self.forker.fork(request)
         except ForkError as error:
