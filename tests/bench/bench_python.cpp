@@ -4,7 +4,9 @@
 //   latency     one session calling Echo back to back: p50 and p99, gateway and direct in turn;
 //   sessions    N sessions calling Echo back to back: keywords per second and CPU per keyword, the
 //               gateway with one worker process per session (`isolation = "session"`, each worker the
-//               server over its stdin and stdout) against one server process serving every session;
+//               server over its stdin and stdout) against one server process serving every session,
+//               and against N server processes over TCP with one session each (no gateway: what a
+//               process per session costs by itself);
 //   syscalls    system calls per keyword (strace -c -f) of the server over TCP, and of the gateway
 //               and its worker, the same server over pipes;
 //   startup     per session, one after another: set-up time (connect, import, first keyword) and the
@@ -21,6 +23,7 @@
 #include "tests/integration/harness.hpp"
 
 #include <fmt/format.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -164,13 +167,21 @@ Options parse_options(int argc, char** argv) {
   return o;
 }
 
-// The reference server serving TCP by itself: the direct target.
+// The reference server serving TCP by itself: the direct target. Bound to `cpu` when given (taskset), as
+// the gateway binds a worker under cpu_affinity = "one". Waits until it listens, unless `wait` is false
+// (then wait_listening() does: many can start at once).
 class DirectServer {
  public:
-  DirectServer(const Options& o, const fs::path& library_dir) : port_(free_port()) {
-    process_.start({"/usr/bin/env", o.python, "-m", "robot_jsonrpcremote_server", "--tcp", "--bind", "127.0.0.1",
-                    "--port", std::to_string(port_), "--pythonpath", library_dir.string(), kLibrary},
-                   dir_.path() / "server.stdout", dir_.path() / "server.stderr");
+  DirectServer(const Options& o, const fs::path& library_dir, std::optional<int> cpu = {}, bool wait = true)
+      : port_(free_port()) {
+    std::vector<std::string> argv{"/usr/bin/env"};
+    if (cpu) argv.insert(argv.end(), {"taskset", "-c", std::to_string(*cpu)});
+    argv.insert(argv.end(), {o.python, "-m", "robot_jsonrpcremote_server", "--tcp", "--bind", "127.0.0.1", "--port",
+                             std::to_string(port_), "--pythonpath", library_dir.string(), kLibrary});
+    process_.start(argv, dir_.path() / "server.stdout", dir_.path() / "server.stderr");
+    if (wait) wait_listening();
+  }
+  void wait_listening() {
     if (!eventually([&] { return can_connect(port_) || !process_.running(); }, 120s, 20ms) || !process_.running())
       throw std::runtime_error("the reference server did not listen on port " + std::to_string(port_) + ": " +
                                read_file(dir_.path() / "server.stderr"));
@@ -253,6 +264,17 @@ void latency(const Options& o, GatewayProcess& gateway, DirectServer& direct) {
   if (failures) std::cout << fmt::format("  ({} calls failed)\n", failures);
 }
 
+// The CPUs this process may run on, in order (what cpu_affinity = "one" deals workers out over).
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> out;
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
+  return out;
+}
+
 struct Measured {
   double per_second = 0;
   double cpu_us_per_keyword = 0;  // every process of the target
@@ -263,14 +285,15 @@ struct Measured {
 void sessions(const Options& o, GatewayProcess& per_session, DirectServer& direct, const fs::path& library_dir) {
   std::cout << fmt::format(
       "\n== sessions: N sessions each calling Echo back to back ({} s measured after {} s of warm-up). Gateway: {}; "
-      "direct: one server process serving every session. CPU: every thread of the target's processes over the "
-      "measured window.\n",
+      "direct: one server process serving every session; procs: a server process per session over TCP, no gateway. "
+      "CPU: every thread of the target's processes over the measured window.\n",
       o.seconds, o.warmup_seconds,
       o.shared_workers ? fmt::format("isolation = \"shared\", {} workers, the sessions spread evenly over them",
                                      o.shared_workers)
                        : std::string("one worker process per session"));
-  std::cout << fmt::format("{:<22} {:>11} {:>11} {:>9} {:>12} {:>12} {:>12}\n", "row", "direct kw/s", "gateway kw/s",
-                           "gw/direct", "direct us/kw", "gateway us/kw", "of it gw us");
+  std::cout << fmt::format("{:<22} {:>11} {:>11} {:>9} {:>12} {:>12} {:>12} {:>11} {:>11} {:>9}\n", "row",
+                           "direct kw/s", "gateway kw/s", "gw/direct", "direct us/kw", "gateway us/kw", "of it gw us",
+                           "procs kw/s", "procs us/kw", "gw/procs");
   const std::string payload(o.payload_bytes, 'p');
   for (std::size_t n : o.sessions) {
     // Shared workers: a gateway per row, whose max_imports_per_worker spreads the row's sessions (an
@@ -282,7 +305,7 @@ void sessions(const Options& o, GatewayProcess& per_session, DirectServer& direc
           fmt::format("isolation = \"shared\"\nmax_workers = {}\nmax_imports_per_worker = {}\n", o.shared_workers,
                       (n + o.shared_workers - 1) / o.shared_workers)));
     GatewayProcess& gateway = shared ? *shared : per_session;
-    Measured d, g;
+    Measured d, g, p;
     auto measure_direct = [&] {
       LoadGenerator load("127.0.0.1", direct.port(), 1);
       load.open(n, kLibrary, 300s);
@@ -310,15 +333,50 @@ void sessions(const Options& o, GatewayProcess& per_session, DirectServer& direc
       if (!shared && !eventually([&] { return workers_of(gateway).empty(); }, 120s, 20ms))
         std::cerr << "rjg-bench-python: the gateway's workers did not end within 120 s; going on\n";
     };
-    if (n % 2) measure_direct(), measure_gateway();
-    else measure_gateway(), measure_direct();
-    std::cout << fmt::format("{:<22} {:>11.0f} {:>11.0f} {:>9} {:>12.0f} {:>12.0f} {:>12.0f}\n",
+    // Isolation without the gateway: n server processes over TCP, one session each (bound like the
+    // gateway's workers under cpu_affinity = "one"). What a process per session costs on this machine,
+    // whoever relays to it: against the gateway's row, the gateway's own part.
+    auto measure_processes = [&] {
+      const auto cpus = allowed_cpus();
+      std::vector<std::unique_ptr<DirectServer>> servers;
+      std::vector<std::uint16_t> ports;
+      std::vector<pid_t> pids;
+      for (std::size_t i = 0; i < n; ++i) {
+        std::optional<int> cpu;
+        if (o.cpu_affinity == "one" && !cpus.empty()) cpu = cpus[i % cpus.size()];
+        servers.push_back(std::make_unique<DirectServer>(o, library_dir, cpu, false));
+      }
+      for (auto& server : servers) {
+        server->wait_listening();
+        ports.push_back(server->port());
+        pids.push_back(server->pid());
+      }
+      auto cpu_of_all = [&] {
+        std::uint64_t ns = 0;
+        for (pid_t pid : pids) ns += cpu_ns(pid);
+        return ns;
+      };
+      LoadGenerator load("127.0.0.1", ports, 1);
+      load.open(n, kLibrary, 600s);
+      load.run(payload, 0, o.warmup_seconds, false);
+      const auto cpu0 = cpu_of_all();
+      auto stats = load.run(payload, 0, o.seconds, false);
+      const auto cpu1 = cpu_of_all();
+      load.close();
+      const double keywords = static_cast<double>(std::max<std::uint64_t>(1, stats.calls + stats.failures));
+      p = {stats.per_second(), static_cast<double>(cpu1 - cpu0) / 1e3 / keywords, 0, stats.failures};
+    };
+    if (n % 2) measure_direct(), measure_gateway(), measure_processes();
+    else measure_processes(), measure_gateway(), measure_direct();
+    std::cout << fmt::format("{:<22} {:>11.0f} {:>11.0f} {:>9} {:>12.0f} {:>12.0f} {:>12.0f} {:>11.0f} {:>11.0f} {:>9}\n",
                              fmt::format("python: {} session{}", n, n == 1 ? "" : "s"), d.per_second, g.per_second,
                              ratio_text(g.per_second, d.per_second), d.cpu_us_per_keyword, g.cpu_us_per_keyword,
-                             g.own_cpu_us_per_keyword)
+                             g.own_cpu_us_per_keyword, p.per_second, p.cpu_us_per_keyword,
+                             ratio_text(g.per_second, p.per_second))
               << std::flush;
-    if (d.failures || g.failures)
-      std::cout << fmt::format("  ({} direct and {} gateway calls failed)\n", d.failures, g.failures);
+    if (d.failures || g.failures || p.failures)
+      std::cout << fmt::format("  ({} direct, {} gateway and {} process-per-session calls failed)\n", d.failures,
+                               g.failures, p.failures);
   }
 }
 
@@ -406,9 +464,15 @@ void startup(const Options& o, const fs::path& library_dir) {
   };
   Options each = o;
   each.fork_server = false;  // set row by row below
+  const std::size_t prewarm = std::min<std::size_t>(n, 4);
   auto run = [&](const char* label, const std::string& toml) {
     auto gateway = start_gateway(python_library(each, library_dir, toml));
-    {
+    // The pool as it runs for hours, not as it starts: one session before the measured ones, and with
+    // prewarm, first the workers it started with, so that those measured are started as later ones are
+    // (a fork server's template has learned then which pages its workers copy: PagePlan in
+    // workers/fork_server/robot_jsonrpc_fork_control.py).
+    const bool prewarming = toml.find("prewarm") != std::string::npos;
+    for (std::size_t i = 0; i < (prewarming ? prewarm + 1 : 1); ++i) {
       auto c = gateway->connect();
       const auto token = open_library(c, kLibrary);
       c.run_keyword(token, "Echo", json::array{"warm"});
@@ -417,7 +481,7 @@ void startup(const Options& o, const fs::path& library_dir) {
     std::vector<std::pair<rjg::client::RpcClient, std::string>> open;
     for (std::size_t i = 0; i < n; ++i) {
       // A prewarmed worker is started again after each import: give it the time a quiet pool would have.
-      if (toml.find("prewarm") != std::string::npos) std::this_thread::sleep_for(2500ms);
+      if (prewarming) std::this_thread::sleep_for(2500ms);
       const auto t0 = Clock::now();
       auto c = gateway->connect();
       const auto token = open_library(c, kLibrary);
@@ -444,10 +508,9 @@ void startup(const Options& o, const fs::path& library_dir) {
     return row;
   };
   const Row cold = run("cold", "");
-  const Row prewarmed = run("prewarmed", fmt::format("prewarm = {}\n", std::min<std::size_t>(n, 4)));
+  const Row prewarmed = run("prewarmed", fmt::format("prewarm = {}\n", prewarm));
   const Row forked = run("forked (fork_server)", "fork_server = true\n");
-  const Row both = run("forked and prewarmed",
-                       fmt::format("fork_server = true\nprewarm = {}\n", std::min<std::size_t>(n, 4)));
+  const Row both = run("forked and prewarmed", fmt::format("fork_server = true\nprewarm = {}\n", prewarm));
   std::cout << fmt::format("forked/cold: set-up p50 {}, private memory {} (issue 25's targets: at most 50 ms and 8 MiB); "
                            "forked/prewarmed set-up {}\n",
                            ratio_text(forked.p50_ms, cold.p50_ms), ratio_text(forked.private_mib, cold.private_mib),

@@ -151,7 +151,7 @@ struct LoadGenerator::Impl {
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
   std::vector<std::thread> threads;
-  tcp::endpoint endpoint;
+  std::vector<tcp::endpoint> endpoints;  // session i connects to endpoints[i % size]
   std::vector<std::unique_ptr<Session>> sessions;
 
   // The coroutines of the phase in progress.
@@ -224,13 +224,18 @@ struct LoadGenerator::Impl {
     for (;;) {
       const std::size_t i = next->fetch_add(1);
       if (i >= end) co_return;
-      co_await open_session(*sessions[i], endpoint, library);
+      co_await open_session(*sessions[i], endpoints[i % endpoints.size()], library);
     }
   }
 };
 
-LoadGenerator::LoadGenerator(std::string host, std::uint16_t port, unsigned io_threads) : impl_(new Impl) {
-  impl_->endpoint = tcp::endpoint(asio::ip::make_address(host), port);
+LoadGenerator::LoadGenerator(std::string host, std::uint16_t port, unsigned io_threads)
+    : LoadGenerator(std::move(host), std::vector<std::uint16_t>{port}, io_threads) {}
+
+LoadGenerator::LoadGenerator(std::string host, const std::vector<std::uint16_t>& ports, unsigned io_threads)
+    : impl_(new Impl) {
+  if (ports.empty()) throw std::invalid_argument("a load generator needs at least one port");
+  for (auto port : ports) impl_->endpoints.emplace_back(asio::ip::make_address(host), port);
   for (unsigned i = 0; i < std::max(1u, io_threads); ++i) impl_->threads.emplace_back([this] { impl_->io.run(); });
 }
 

@@ -26,6 +26,8 @@ class LoadGenerator {
  public:
   // Sessions connect to host:port. io_threads: threads running the io_context (1 or 2 is plenty).
   LoadGenerator(std::string host, std::uint16_t port, unsigned io_threads = 1);
+  // Session i connects to ports[i % ports.size()]: one session per server when there are as many.
+  LoadGenerator(std::string host, const std::vector<std::uint16_t>& ports, unsigned io_threads = 1);
   ~LoadGenerator();
   LoadGenerator(const LoadGenerator&) = delete;
   LoadGenerator& operator=(const LoadGenerator&) = delete;
