@@ -46,6 +46,7 @@ import json
 import mmap
 import os
 import resource
+import select
 import signal
 import socket
 import struct
@@ -184,124 +185,174 @@ def thread_count():
 
 
 class PagePlan:
-    """Which of the template's pages its workers make their own, learned from one worker's session."""
+    """Which of the template's pages its workers make their own, learned from one worker's session.
+
+    Everything here is an optimisation: whatever fails (no /proc, an old kernel, a learner that dies),
+    workers fault their pages one by one as before, and nothing of it reaches a session.
+    """
 
     PAGE = mmap.PAGESIZE
     MAX_RANGES = 8192  # 16 bytes each in the shared area
-    MAX_PAGES = 16384  # 64 MiB of 4 KiB pages: what a worker may copy ahead at most
-    HEADER = struct.Struct("=II")  # state, number of ranges
+    MAX_PAGES = 8192  # 32 MiB of 4 KiB pages: the most a worker copies ahead (a session copies about 2,400)
+    MAX_SCAN = 1 << 30  # bytes of mappings the learner looks at; larger reservations are left out
+    CHUNK = 8192  # pagemap entries read at once
+    COUNT, STATE = 0, 4  # offsets in the shared area: number of ranges, then the state, written last
+    RANGES = 8
     RANGE = struct.Struct("=QQ")  # first address, pages
-    EMPTY, WRITTEN = 0, 1
+    WRITTEN = 1
     MADV_POPULATE_WRITE = 23  # Linux 5.14
     PRESENT, EXCLUSIVE = 1 << 63, 1 << 56  # /proc/PID/pagemap bits
 
     def __init__(self):
         self.ranges = ()  # learned: (address, pages), used by the workers forked from now on
         self.pages = 0
-        self.learner = 0  # the worker asked to learn, until it has written
+        self.learner = None  # (pid, pidfd or None) of the worker asked to learn, until it has written
         self.is_learner = False  # in that worker
         self.layout = ()  # in that worker: the template's writable mappings when it was forked
         self.shared = None
         self.madvise = None
         try:
+            with open("/proc/self/pagemap", "rb", buffering=0) as pagemap:
+                os.pread(pagemap.fileno(), 8, 0)
+            _writable_mappings()
             libc = ctypes.CDLL(None, use_errno=True)
-            self.madvise = libc.madvise
-            self.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-            self.madvise.restype = ctypes.c_int
+            madvise = libc.madvise
+            madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+            madvise.restype = ctypes.c_int
             probe = mmap.mmap(-1, self.PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            address = ctypes.addressof(ctypes.c_char.from_buffer(probe))
-            supported = self.madvise(address, self.PAGE, self.MADV_POPULATE_WRITE) == 0
+            supported = madvise(ctypes.addressof(ctypes.c_char.from_buffer(probe)), self.PAGE,
+                                self.MADV_POPULATE_WRITE) == 0
             probe.close()
-            if not supported:
-                self.madvise = None
-            else:
+            if supported:
                 # MAP_SHARED: written by the learning worker, read by the template.
-                self.shared = mmap.mmap(-1, self.HEADER.size + self.MAX_RANGES * self.RANGE.size)
+                self.shared = mmap.mmap(-1, self.RANGES + self.MAX_RANGES * self.RANGE.size)
+                self.madvise = madvise
         except (OSError, AttributeError, TypeError, ValueError, BufferError):
-            self.madvise = None
-        if self.madvise is None:
-            self.shared = None
+            pass
+
+    def supported(self):
+        return self.madvise is not None
+
+    # ---- in the template ----
 
     def before_fork(self):
-        """In the template: takes a plan a worker has written; says whether the next fork should learn."""
+        """Takes a plan a worker has written (returns what to log, once), or notices its learner is gone."""
         if self.shared is None:
             return None
-        state, count = self.HEADER.unpack_from(self.shared, 0)
-        if state == self.WRITTEN:
-            count = min(count, self.MAX_RANGES)
+        if memoryview(self.shared)[self.STATE:self.STATE + 4].cast("I")[0] == self.WRITTEN:
+            count = min(memoryview(self.shared)[self.COUNT:self.COUNT + 4].cast("I")[0], self.MAX_RANGES)
+            learned = [self.RANGE.unpack_from(self.shared, self.RANGES + i * self.RANGE.size) for i in range(count)]
+            # Only what the template still maps privately and writably: an area unmapped since, or mapped
+            # again as something else, is not copied.
             ranges, pages = [], 0
-            for i in range(count):
-                address, length = self.RANGE.unpack_from(self.shared, self.HEADER.size + i * self.RANGE.size)
-                if length == 0 or address % self.PAGE or pages + length > self.MAX_PAGES:
-                    break
-                ranges.append((address, length))
-                pages += length
-            self.ranges, self.pages = tuple(ranges), pages
-            learner, self.learner = self.learner, 0
+            for start, end in _writable_mappings():
+                for address, length in learned:
+                    first = max(start, address)
+                    last = min(end, address + length * self.PAGE)
+                    if first < last and address % self.PAGE == 0 and pages + (last - first) // self.PAGE <= self.MAX_PAGES:
+                        ranges.append((first, (last - first) // self.PAGE))
+                        pages += (last - first) // self.PAGE
+            self.ranges, self.pages = tuple(sorted(ranges)), pages
+            learner = self.learner[0] if self.learner else "?"
+            self._forget_learner()
             # Workers forked from now on get the plan in the template's own (copy-on-write) memory; the
             # shared area, which any worker could write, is not theirs any more.
             self.shared.close()
             self.shared = None
-            return f"workers forked from now on copy {pages} pages in {len(ranges)} ranges ahead (learned from " \
-                   f"worker pid {learner}'s session)"
-        if self.learner and not _alive(self.learner):
-            self.learner = 0  # it ended without writing (killed, or it crashed): the next one learns
+            return f"workers forked from now on copy {pages} pages in {len(self.ranges)} ranges ahead (learned " \
+                   f"from worker pid {learner}'s session)"
+        if self.learner and not self._learner_alive():
+            self._forget_learner()  # it ended without writing (killed, crashed, too short): the next one learns
         return None
-
-    def after_fork_in_template(self, worker_pid, learning):
-        if learning:
-            self.learner = worker_pid
 
     def wants_learner(self):
         return self.shared is not None and not self.learner
 
-    def in_worker(self, learning):
-        """In a new worker, before anything of the session runs."""
+    def after_fork_in_template(self, worker_pid, learning):
         if learning:
-            self.is_learner = True
-            self.layout = _writable_mappings()
-            return
-        if self.shared is not None:  # a plan being learned by another worker: not this one's to touch
-            self.shared.close()
-            self.shared = None
-        for address, pages in self.ranges:
-            # A range the template no longer maps fails (ENOMEM): nothing to copy there.
-            self.madvise(address, pages * self.PAGE, self.MADV_POPULATE_WRITE)
+            try:
+                pidfd = os.pidfd_open(worker_pid)  # unlike the pid, never taken for a later process
+            except (OSError, AttributeError):
+                pidfd = None
+            self.learner = (worker_pid, pidfd)
+
+    def _learner_alive(self):
+        pid, pidfd = self.learner
+        if pidfd is not None:
+            return not select.select([pidfd], [], [], 0)[0]  # readable once the process has ended
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+
+    def _forget_learner(self):
+        if self.learner and self.learner[1] is not None:
+            os.close(self.learner[1])
+        self.learner = None
+
+    # ---- in a worker ----
+
+    def in_worker(self, learning):
+        """In a new worker, before anything of the session runs. Never raises."""
+        self.learner = None  # the template's pidfd was closed with the other descriptors
+        try:
+            if learning:
+                self.layout = _writable_mappings()
+                self.is_learner = True
+                return
+            if self.shared is not None:  # a plan another worker is learning: not this one's to touch
+                self.shared.close()
+                self.shared = None
+            for address, pages in self.ranges:
+                self.madvise(address, pages * self.PAGE, self.MADV_POPULATE_WRITE)  # (failures: faults as before)
+        except Exception:  # noqa: BLE001 (an optimisation must not cost a session)
+            self.is_learner = False
 
     def learn(self):
-        """In the learning worker, once: writes the pages it has made its own so far."""
+        """In the learning worker, once: writes the pages it has made its own so far. Never raises."""
         if not self.is_learner or self.shared is None:
             return
         self.is_learner = False
-        ranges, pages = [], 0
         try:
+            written, pages = [], 0
+            scanned = 0
             with open("/proc/self/pagemap", "rb", buffering=0) as pagemap:
                 for start, end in self.layout:
-                    first = start // self.PAGE
-                    count = (end - start) // self.PAGE
-                    entries = memoryview(os.pread(pagemap.fileno(), count * 8, first * 8)).cast("Q")
-                    run = None
-                    for i, entry in enumerate(entries):
-                        own = entry & self.PRESENT and entry & self.EXCLUSIVE
-                        if own and run is not None and run[0] + run[1] == first + i:
-                            run[1] += 1
-                        elif own:
-                            run = [first + i, 1]
-                            ranges.append(run)
-                        if own:
+                    if scanned + (end - start) > self.MAX_SCAN:
+                        continue  # a large reservation (an allocator's arena): rarely written, costly to read
+                    scanned += end - start
+                    page, last = start // self.PAGE, end // self.PAGE
+                    while page < last and len(written) < self.MAX_RANGES and pages < self.MAX_PAGES:
+                        count = min(self.CHUNK, last - page)
+                        entries = memoryview(os.pread(pagemap.fileno(), count * 8, page * 8)).cast("Q")
+                        for i, entry in enumerate(entries):
+                            if not (entry & self.PRESENT and entry & self.EXCLUSIVE):
+                                continue
+                            address = (page + i) * self.PAGE
+                            if written and written[-1][0] + written[-1][1] * self.PAGE == address:
+                                written[-1][1] += 1
+                            elif len(written) < self.MAX_RANGES:
+                                written.append([address, 1])
+                            else:
+                                break
                             pages += 1
-        except OSError:
-            return  # no pagemap (an old or locked-down kernel): nothing learned, workers fault as before
-        written = []
-        total = 0
-        for page, length in ranges:
-            if len(written) == self.MAX_RANGES or total + length > self.MAX_PAGES:
-                break
-            written.append((page * self.PAGE, length))
-            total += length
-        for i, (address, length) in enumerate(written):
-            self.RANGE.pack_into(self.shared, self.HEADER.size + i * self.RANGE.size, address, length)
-        self.HEADER.pack_into(self.shared, 0, self.WRITTEN, len(written))
+                            if pages == self.MAX_PAGES:
+                                break
+                        page += count
+            for i, (address, length) in enumerate(written):
+                self.RANGE.pack_into(self.shared, self.RANGES + i * self.RANGE.size, address, length)
+            memoryview(self.shared)[self.COUNT:self.COUNT + 4].cast("I")[0] = len(written)
+            # Last, in one aligned store: the template reads the ranges only once it sees this.
+            memoryview(self.shared)[self.STATE:self.STATE + 4].cast("I")[0] = self.WRITTEN
+        except Exception:  # noqa: BLE001 (nothing learned: the template asks another worker)
+            pass
+
+    def give_up(self):
+        """In the learning worker, when its session ran nothing worth learning from."""
+        self.is_learner = False
 
 
 def _writable_mappings():
@@ -316,16 +367,6 @@ def _writable_mappings():
                 start, end = fields[0].split("-")
                 out.append((int(start, 16), int(end, 16)))
     return tuple(out)
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 class ForkError(Exception):

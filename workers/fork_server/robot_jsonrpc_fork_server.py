@@ -147,35 +147,43 @@ class Template:
             os._exit(0)
         # In the new worker: the template's loop is left for good, and the session runs in this hook.
         self.start.give_back_stop_signals()
-        self.learn_after_first_commands()
+        commands = self.learn_after_first_commands()
         self.start.serve()
-        # The session is over (if it ended before its second command): Robot's end of the suite and the
-        # server's stop, which come next, write to pages no session needs ahead.
-        self.forker.plan.learn()
+        # The session is over. If it ended before its second command, it learns now, from its import at
+        # least (Robot's end of the suite and the server's stop, which come next, write to pages no session
+        # needs ahead); with no command at all there is nothing to learn from, and the next worker learns.
+        if commands():
+            self.forker.plan.learn()
+        else:
+            self.forker.plan.give_up()
 
     def learn_after_first_commands(self, commands=2):
         """In the worker that learns the page plan: learns once its import and first keyword have run.
 
         The runner thread takes each command from the context's queue when the one before has ended; the
-        plan is learned there, between two commands, once (a few milliseconds).
+        plan is learned there, between two commands, once (a few milliseconds). Returns a function that
+        tells how many commands have been taken.
         """
         plan = self.forker.plan
         queue = getattr(self.start.context, "_command_queue", None)
         take = getattr(queue, "get", None)
-        if not plan.is_learner or take is None:
-            return  # (another version of the server: the plan is learned when the session ends)
         done = 0
+        if not plan.is_learner:
+            return lambda: done
+        if take is None:
+            return lambda: 1  # another version of the server: learned when the session ends
 
         def get(*args, **kwargs):
             nonlocal done
             if done >= commands:
                 del queue.get  # the queue's own method again
-                plan.learn()
+                plan.learn()  # (never raises: an exception here would end the server's hook loop)
             item = take(*args, **kwargs)
             done += 1
             return item
 
         queue.get = get
+        return lambda: done
 
     def get_ready(self):
         self.start.take_stop_signals()
