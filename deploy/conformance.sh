@@ -111,6 +111,9 @@ if [[ -x $build/bin/rjg-pool-tests ]]; then
     echo "conformance: a crash, a keyword timeout, a reload and a dead template with the real template and" \
       "reference server: 4 passed; log $out/fork_server_supervision.log" >&2
   fi
+else
+  echo "conformance: FAILED: $build/bin/rjg-pool-tests is missing: build the tests (deploy/build.sh)" >&2
+  supervision_status=1
 fi
 
 # The Python benchmark's smoke run (rjg-bench-python --quick, about 15 s), here because the peers are:

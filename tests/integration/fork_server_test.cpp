@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <optional>
 #include <regex>
 
 #ifndef RJG_FAKE_PYTHON_BIN
@@ -290,16 +291,32 @@ class ReferenceForkServerTest : public ForkServerTest {
     return pids.empty() ? 0 : pids.front();
   }
 
+  void TearDown() override {
+    first_.reset();  // its client closes first: the gateway's stop need not wait for the session to drain
+    ForkServerTest::TearDown();
+  }
+
+  // Starts the gateway on `spec`, waits for its template and opens a first session, whose worker the
+  // template must have forked: template_pid_ and first_.
+  void start_forked(LibrarySpec spec, GatewayOptions options = {}) {
+    const std::string library = spec.name;
+    start({std::move(spec)}, std::move(options));
+    ASSERT_TRUE(ready_eventually(library)) << "the template did not get ready";
+    template_pid_ = templates(library).at(0);
+    first_ = probe(library);
+    ASSERT_EQ(forked_by_log(library, first_->pid), template_pid_) << "the first worker is not the template's fork";
+  }
+
   std::string python_;
   TempDir dir_{"rjg-fork-probe"};
+  pid_t template_pid_ = 0;
+  std::optional<ProbeSession> first_;
 };
 
 TEST_F(ReferenceForkServerTest, ACrashedWorkerFailsItsKeywordAndTheNextImportIsForkedAgain) {
-  start({reference_library("Probe")});
-  ASSERT_TRUE(ready_eventually("Probe"));
-  const pid_t template_pid = templates("Probe").at(0);
-  auto a = probe("Probe");
-  EXPECT_EQ(forked_by_log("Probe", a.pid), template_pid);
+  ASSERT_NO_FATAL_FAILURE(start_forked(reference_library("Probe")));
+  const pid_t template_pid = template_pid_;
+  auto& a = *first_;
   EXPECT_EQ(as_int(keyword(a.client, a.token, "Get Ppid")), gateway().pid()) << "not the gateway's child";
 
   auto reply = a.client.run_keyword(a.token, "Crash");
@@ -321,11 +338,9 @@ TEST_F(ReferenceForkServerTest, AKeywordOverKeywordTimeoutFailsAndItsWorkerIsSto
   // grace, and the session's next keyword waits for it.
   LibrarySpec spec = reference_library("Slow", "keyword_timeout = \"1s\"\n");
   spec.shutdown_grace = "1s";
-  start({spec});
-  ASSERT_TRUE(ready_eventually("Slow"));
-  const pid_t template_pid = templates("Slow").at(0);
-  auto a = probe("Slow");
-  ASSERT_EQ(forked_by_log("Slow", a.pid), template_pid);
+  ASSERT_NO_FATAL_FAILURE(start_forked(spec));
+  const pid_t template_pid = template_pid_;
+  auto& a = *first_;
 
   auto reply = a.client.run_keyword(a.token, "Sleep For", json::array{60});
   ASSERT_TRUE(reply.ok()) << describe(reply);
@@ -345,11 +360,9 @@ TEST_F(ReferenceForkServerTest, AKeywordOverKeywordTimeoutFailsAndItsWorkerIsSto
 
 TEST_F(ReferenceForkServerTest, AReloadThatChangesTheLibraryReplacesItsTemplate) {
   GatewayOptions options;
-  start({reference_library("Reloaded", "preload = [\"json\"]\n")}, options);
-  ASSERT_TRUE(ready_eventually("Reloaded"));
-  const pid_t old_template = templates("Reloaded").at(0);
-  auto a = probe("Reloaded");
-  ASSERT_EQ(forked_by_log("Reloaded", a.pid), old_template);
+  ASSERT_NO_FATAL_FAILURE(start_forked(reference_library("Reloaded", "preload = [\"json\"]\n"), options));
+  const pid_t old_template = template_pid_;
+  auto& a = *first_;
 
   write_file(gateway().config_path(),
              make_config(gateway().port(), {reference_library("Reloaded", "preload = [\"csv\"]\n")}, options));
@@ -365,11 +378,9 @@ TEST_F(ReferenceForkServerTest, AReloadThatChangesTheLibraryReplacesItsTemplate)
 }
 
 TEST_F(ReferenceForkServerTest, ATemplateThatDiesIsStartedAgainAndTheWorkersItForkedLiveOn) {
-  start({reference_library("Phoenix")});
-  ASSERT_TRUE(ready_eventually("Phoenix"));
-  const pid_t first = templates("Phoenix").at(0);
-  auto a = probe("Phoenix");
-  ASSERT_EQ(forked_by_log("Phoenix", a.pid), first);
+  ASSERT_NO_FATAL_FAILURE(start_forked(reference_library("Phoenix")));
+  const pid_t first = template_pid_;
+  auto& a = *first_;
 
   ASSERT_EQ(::kill(first, SIGKILL), 0);
   ASSERT_TRUE(log_eventually("fork server of library 'Phoenix': pid")) << "the death was not told";
