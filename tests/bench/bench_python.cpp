@@ -73,6 +73,7 @@ struct Options {
   std::size_t shared_workers = 0;  // sessions rows: 0 = a worker per session; else isolation "shared"
   std::size_t startup_sessions = 8;  // startup rows: sessions per kind of start
   int startup_keywords = 200;
+  std::chrono::milliseconds refill_pause{2500};  // startup: before each prewarmed session, for the pool to refill
   std::string only;  // one section: latency, sessions, syscalls, startup; empty: all
 };
 
@@ -125,12 +126,13 @@ Options parse_options(int argc, char** argv) {
       o.rounds = 2;
       o.calls = 100;
       o.warmup_calls = 20;
-      o.sessions = {1, 4};
+      o.sessions = {1, 2};
       o.seconds = 1;
       o.warmup_seconds = 0.5;
       o.strace_calls = 200;
       o.startup_sessions = 2;
       o.startup_keywords = 50;
+      o.refill_pause = 1s;
     } else if (a == "--startup-sessions") {
       o.startup_sessions = static_cast<std::size_t>(std::clamp(std::atoi(next().c_str()), 1, 64));
     } else if (a == "--only") {
@@ -481,7 +483,7 @@ void startup(const Options& o, const fs::path& library_dir) {
     std::vector<std::pair<rjg::client::RpcClient, std::string>> open;
     for (std::size_t i = 0; i < n; ++i) {
       // A prewarmed worker is started again after each import: give it the time a quiet pool would have.
-      if (prewarming) std::this_thread::sleep_for(2500ms);
+      if (prewarming) std::this_thread::sleep_for(o.refill_pause);
       const auto t0 = Clock::now();
       auto c = gateway->connect();
       const auto token = open_library(c, kLibrary);
