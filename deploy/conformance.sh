@@ -116,7 +116,7 @@ else
   supervision_status=1
 fi
 
-# The Python benchmark's smoke run (rjg-bench-python --quick, about 15 s), here because the peers are:
+# The Python benchmark's smoke run (rjg-bench-python --quick, about 30 s), here because the peers are:
 # every row must be printed; no figure is checked.
 bench_status=0
 if [[ -x $build/bin/rjg-bench-python ]]; then
