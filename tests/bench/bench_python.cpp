@@ -130,7 +130,7 @@ Options parse_options(int argc, char** argv) {
       o.seconds = 1;
       o.warmup_seconds = 0.5;
       o.strace_calls = 200;
-      o.startup_sessions = 2;
+      o.startup_sessions = 1;
       o.startup_keywords = 50;
       o.refill_pause = 1s;
     } else if (a == "--startup-sessions") {
