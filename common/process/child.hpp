@@ -79,4 +79,8 @@ pid_t start_child(const ChildOptions& options);
 // "exited with status 2", "was killed by signal 9 (Killed)", from a raw wait status.
 std::string describe_status(int status);
 
+// The CPUs this process may run on (its affinity mask), in ascending order; empty when the mask cannot be
+// read. What cpu_affinity = "one" deals workers out over.
+std::vector<int> allowed_cpus();
+
 }  // namespace rjg::process

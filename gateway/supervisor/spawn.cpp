@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -91,15 +90,7 @@ namespace {
 // cpu_affinity = "one": the CPUs the gateway may use (read once), handed out in turn, so that the
 // workers spread over them. Empty when the mask cannot be read: the workers are then left unbound.
 int next_cpu() {
-  static const std::vector<int> cpus = [] {
-    std::vector<int> out;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (::sched_getaffinity(0, sizeof set, &set) == 0)
-      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-        if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
-    return out;
-  }();
+  static const std::vector<int> cpus = process::allowed_cpus();
   static std::atomic<std::size_t> turn{0};
   return cpus.empty() ? -1 : cpus[turn.fetch_add(1, std::memory_order_relaxed) % cpus.size()];
 }

@@ -17,13 +17,13 @@
 // window: the gateway plus its workers against the direct server; the load generator is not counted.
 // Needs the real peers (`pip install robotframework robotframework-jsonrpcremote-server`, or them on
 // PYTHONPATH); without them it says so in one line and exits 0. It never fails on numbers.
+#include "common/process/child.hpp"
 #include "tests/bench/figures.hpp"
 #include "tests/bench/loadgen.hpp"
 #include "tests/bench/probes.hpp"
 #include "tests/integration/harness.hpp"
 
 #include <fmt/format.h>
-#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -266,17 +266,6 @@ void latency(const Options& o, GatewayProcess& gateway, DirectServer& direct) {
   if (failures) std::cout << fmt::format("  ({} calls failed)\n", failures);
 }
 
-// The CPUs this process may run on, in order (what cpu_affinity = "one" deals workers out over).
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> out;
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return out;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
-  return out;
-}
-
 struct Measured {
   double per_second = 0;
   double cpu_us_per_keyword = 0;  // every process of the target
@@ -339,7 +328,7 @@ void sessions(const Options& o, GatewayProcess& per_session, DirectServer& direc
     // gateway's workers under cpu_affinity = "one"). What a process per session costs on this machine,
     // whoever relays to it: against the gateway's row, the gateway's own part.
     auto measure_processes = [&] {
-      const auto cpus = allowed_cpus();
+      const auto cpus = rjg::process::allowed_cpus();
       std::vector<std::unique_ptr<DirectServer>> servers;
       std::vector<std::uint16_t> ports;
       std::vector<pid_t> pids;
