@@ -335,7 +335,8 @@ TEST_F(ReferenceForkServerTest, ACrashedWorkerFailsItsKeywordAndTheNextImportIsF
 
 TEST_F(ReferenceForkServerTest, AKeywordOverKeywordTimeoutFailsAndItsWorkerIsStopped) {
   // The reference server leaves SIGTERM for after the running keyword: the stop ends in SIGKILL after the
-  // grace, and the session's next keyword waits for it.
+  // grace. The session's next keyword need not wait for that (PoolTimeoutTest in pool_test.cpp); this test
+  // does, to see the worker gone, hence the short grace.
   LibrarySpec spec = reference_library("Slow", "keyword_timeout = \"1s\"\n");
   spec.shutdown_grace = "1s";
   ASSERT_NO_FATAL_FAILURE(start_forked(spec));

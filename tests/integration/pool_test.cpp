@@ -509,6 +509,25 @@ TEST_F(PoolTimeoutTest, KeywordTimeoutOnASharedWorkerFailsItsOtherImports) {
   EXPECT_NE(pid_of(b, token_of(fresh)), pid);
 }
 
+// The worker of a keyword that overran keyword_timeout is stopped in the background (SIGTERM, SIGKILL after
+// shutdown_grace): with room under the caps, the session's next keyword is imported again in a new worker
+// at once, while the old one (which ignores SIGTERM, as the reference server does in mid-keyword) still
+// has its grace.
+TEST_F(PoolTimeoutTest, TheStopOfAnOverrunWorkerDoesNotHoldUpTheSessionsNextKeyword) {
+  start({pool_library("Slow", "keyword_timeout = \"1s\"\nshutdown_grace = \"60s\"\n")});
+  auto [c, token] = session("Slow");
+  const pid_t old = pid_of(c, token);
+  POOL_KEYWORD_OK(c.run_keyword(token, "Ignore Sigterm"));
+  POOL_KEYWORD_FAILURE(c.run_keyword(token, "Hang"), protocol::kWorkerTimeout);
+
+  const pid_t fresh = remember_pid(static_cast<pid_t>(int_keyword(c, token, "Get Pid")));
+  EXPECT_NE(fresh, old);
+  EXPECT_FALSE(pid_gone(old)) << "the overrun worker did not get its shutdown_grace, though no import needed its place";
+  EXPECT_EQ(count_of(gateway().log(), "instead of after its shutdown_grace"), 0u) << gateway().log_tail();
+  ::kill(old, SIGKILL);  // rather than wait out its grace when the gateway stops
+  EXPECT_TRUE(wait_pid_gone(old, 20s));
+}
+
 // ================================================================================================
 // Recycling
 
