@@ -149,8 +149,10 @@ asio::awaitable<Grant> LibraryPool::acquire(bool without_arguments, std::optiona
         co_return Grant{w, this, true};
       }
     }
-    // At capacity. Make room by ending an idle worker another library keeps warm, then wait.
+    // At capacity. Make room by ending an idle worker another library keeps warm, and by ending at once
+    // a hung worker that is being stopped (a keyword overran keyword_timeout), then wait.
     owner_.evict_idle_prewarmed(this);
+    owner_.hurry_hung(*this);
     ++waiting_;
     const auto began = clock::now();
     const bool room = co_await owner_.wait_for_capacity(deadline);
@@ -280,8 +282,10 @@ asio::awaitable<void> LibraryPool::release(Grant& grant, std::string reason) {
 
 void LibraryPool::retire(const std::shared_ptr<Worker>& worker, std::string reason) {
   auto it = slots_.find(worker.get());
-  if (it != slots_.end()) it->second.draining = true;
+  if (it != slots_.end()) it->second.draining = it->second.hung = true;
   log::info("worker {}[{}]: retired: {}", library_->name, worker->pid(), reason);
+  // An import may already wait for the place it holds (another session's, at a cap).
+  owner_.hurry_hung_for_waiters();
 }
 
 void LibraryPool::retire(std::string reason) {

@@ -62,7 +62,9 @@ class LibraryPool {
   // After each keyword on a shared worker: recycle it (drain) once it reached max_keywords, max_age or
   // max_rss; it stops when its last import is released.
   void keyword_done(const std::shared_ptr<Worker>& worker);
-  // A worker that must not take new imports (it exceeded keyword_timeout, say).
+  // A worker whose keyword overran keyword_timeout (`reason` says which): it takes no new imports, and it
+  // is being stopped (SIGTERM, SIGKILL after shutdown_grace). It is hung, so while it still counts under a
+  // cap that an import waits at, it gets SIGKILL at once instead (WorkerPools::hurry_hung).
   void retire(const std::shared_ptr<Worker>& worker, std::string reason);
 
   const config::Library& library() const { return *library_; }
@@ -92,6 +94,9 @@ class LibraryPool {
     // Its failure was already counted for the crash backoff (a failed import ahead of time): its stop
     // is not a clean end.
     bool failure_counted = false;
+    // Retired because its keyword overran keyword_timeout (see retire), and whether it was hurried since.
+    bool hung = false;
+    bool hurried = false;
   };
 
   asio::awaitable<std::shared_ptr<Worker>> start_worker(bool for_prewarm, asio::any_io_executor home,
@@ -210,6 +215,16 @@ class WorkerPools : public LeaseSource {
  private:
   friend class LibraryPool;
   bool has_capacity(const LibraryPool& pool) const;
+  // The caps, each on its own: the library's max_workers (its workers of replaced settings included),
+  // and [gateway] max_workers.
+  bool library_full(const LibraryPool& pool) const;
+  bool gateway_full() const;
+  // An import of `waiter`'s library waits at a cap: every hung worker (LibraryPool::retire) that counts
+  // under that cap and is still being stopped gets SIGKILL now, instead of holding its place for the rest
+  // of its shutdown_grace. It still counts until it is gone (its pool's watch sees it reaped).
+  void hurry_hung(const LibraryPool& waiter);
+  // The same for every import that waits at a cap now (a worker was just retired as hung).
+  void hurry_hung_for_waiters();
   void apply_orphan_policy(const config::Config& config);
   asio::awaitable<Grant> acquire_named(std::shared_ptr<const config::Library> library, bool without_arguments,
                                        asio::any_io_executor home);

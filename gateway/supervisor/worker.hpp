@@ -83,6 +83,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
   asio::awaitable<void> stop(std::string reason, bool polite = true);
   // Last resort (gateway teardown): SIGKILL to the whole group now.
   void kill_now();
+  // A worker being stopped because it is hung (its keyword overran keyword_timeout) whose place under a
+  // cap an import waits for: SIGKILL to its group now rather than after its shutdown_grace, logged with
+  // `why` (who waits). Called before stop(), it makes stop() send SIGKILL instead of SIGTERM. Not for an
+  // upstream connection, whose stop does not wait for a process.
+  void hurry(std::string why);
 
   // Completes once the worker's death is established (see alive()).
   asio::awaitable<void> wait_gone() { co_await stdout_done_.wait(); }
@@ -174,6 +179,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   void on_deadline_timer();
   json::object error_data() const;
   void signal_group(int sig);
+  void kill_hurried();
 
   asio::any_io_executor executor_;
   config::Library library_;
@@ -202,6 +208,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   bool stopping_ = false;
   std::string stop_reason_;  // written once, before stop_published_
   std::atomic<bool> stop_published_ = false;
+  std::string hurried_;  // why hurry() was called; "" if it was not
   bool died_busy_ = false;
   bool stdout_closed_ = false;
   std::optional<ExitStatus> exit_status_;

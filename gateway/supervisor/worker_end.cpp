@@ -245,7 +245,8 @@ asio::awaitable<void> Worker::stop(std::string reason, bool polite) {
   channel_.close_writer();
   // A busy worker cannot hear robot/shutdown before its keyword ends: ask the process instead.
   const bool terminated = !polite || busy_;
-  if (terminated) signal_group(SIGTERM);
+  if (!hurried_.empty()) kill_hurried();  // an import already waits for its place: no grace
+  else if (terminated) signal_group(SIGTERM);
 
   if (!co_await exited_.wait_for(grace)) {
     bool gone = false;
@@ -277,6 +278,18 @@ std::uint64_t Worker::resident_bytes() const {
 
 void Worker::kill_now() {
   if (!exit_status_) signal_group(SIGKILL);
+}
+
+void Worker::hurry(std::string why) {
+  if (is_upstream() || exit_status_ || !hurried_.empty()) return;
+  hurried_ = std::move(why);
+  if (stopping_) kill_hurried();  // else stop() does it when it begins
+}
+
+void Worker::kill_hurried() {
+  log::warn("{}: SIGKILL now, instead of after its shutdown_grace of {}: it was stopped because {}, and {}", tag_,
+            seconds_text(library_.shutdown_grace), stop_reason_, hurried_);
+  signal_group(SIGKILL);
 }
 
 void Worker::signal_group(int sig) {

@@ -9,6 +9,7 @@
 #include "common/runtime/loops.hpp"
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 
 #include <fmt/format.h>
 
@@ -123,16 +124,51 @@ void WorkerPools::start() {
   for (auto& p : pools_) p->start_prewarm();
 }
 
-bool WorkerPools::has_capacity(const LibraryPool& pool) const {
+bool WorkerPools::has_capacity(const LibraryPool& pool) const { return !library_full(pool) && !gateway_full(); }
+
+bool WorkerPools::library_full(const LibraryPool& pool) const {
   const auto& lib = pool.library();
-  if (lib.max_workers) {
-    // The library's workers of settings a reload replaced still count against its cap until they stop.
-    std::size_t running = pool.workers_.size() + pool.starting_;
-    for (const auto& old : retired_)
-      if (old->library().name == lib.name) running += old->workers_.size() + old->starting_;
-    if (running >= lib.max_workers) return false;
+  if (!lib.max_workers) return false;
+  // The library's workers of settings a reload replaced still count against its cap until they stop.
+  std::size_t running = pool.workers_.size() + pool.starting_;
+  for (const auto& old : retired_)
+    if (old->library().name == lib.name) running += old->workers_.size() + old->starting_;
+  return running >= lib.max_workers;
+}
+
+bool WorkerPools::gateway_full() const {
+  return config_->gateway.max_workers != 0 && live_ >= config_->gateway.max_workers;
+}
+
+void WorkerPools::hurry_hung(const LibraryPool& waiter) {
+  const bool gateway_cap = gateway_full();
+  const bool library_cap = library_full(waiter);
+  if (!gateway_cap && !library_cap) return;
+  const auto& name = waiter.library().name;
+  const std::string why =
+      gateway_cap ? fmt::format("an import of library '{}' waits for its place under [gateway] max_workers = {}", name,
+                                config_->gateway.max_workers)
+                  : fmt::format("an import of library '{}' waits for its place under the library's max_workers = {}",
+                                name, waiter.library().max_workers);
+  for (const auto* pools : {&pools_, &retired_}) {
+    for (const auto& p : *pools) {
+      // Under the library's own cap only its own workers count (those of replaced settings included).
+      if (!gateway_cap && p->library().name != name) continue;
+      for (const auto& w : p->workers_) {
+        auto& slot = p->slots_.at(w.get());
+        if (!slot.hung || slot.hurried) continue;
+        slot.hurried = true;
+        asio::post(w->executor(), [w, why] { w->hurry(why); });
+      }
+    }
   }
-  return config_->gateway.max_workers == 0 || live_ < config_->gateway.max_workers;
+}
+
+void WorkerPools::hurry_hung_for_waiters() {
+  if (capacity_waiters_.empty()) return;
+  for (const auto* pools : {&pools_, &retired_})
+    for (const auto& p : *pools)
+      if (p->waiting_ > 0) hurry_hung(*p);
 }
 
 asio::awaitable<bool> WorkerPools::wait_for_capacity(runtime::AsyncEvent::clock::time_point deadline) {

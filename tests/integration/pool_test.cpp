@@ -528,6 +528,66 @@ TEST_F(PoolTimeoutTest, TheStopOfAnOverrunWorkerDoesNotHoldUpTheSessionsNextKeyw
   EXPECT_TRUE(wait_pid_gone(old, 20s));
 }
 
+// At max_workers, the session's next keyword needs the place that the overrun worker holds: that worker,
+// hung by definition, is killed at once instead of running out its shutdown_grace. It counts under
+// max_workers until it is gone, so the new worker starts only after its exit.
+TEST_F(PoolTimeoutTest, AtMaxWorkersAnOverrunWorkerMakesRoomForItsSessionsNextKeyword) {
+  start({pool_library("Capped", "max_workers = 1\nkeyword_timeout = \"1s\"\nshutdown_grace = \"60s\"\n")});
+  auto [c, token] = session("Capped");
+  const pid_t old = pid_of(c, token);
+  POOL_KEYWORD_OK(c.run_keyword(token, "Ignore Sigterm"));
+  POOL_KEYWORD_FAILURE(c.run_keyword(token, "Hang"), protocol::kWorkerTimeout);
+
+  // (A bound past queue_timeout: a gateway that lets it wait for the grace answers that it is at capacity.)
+  auto next = c.wait_reply(c.send_request(protocol::kRunKeyword, keyword_params(token, "Get Pid")), {}, 60s);
+  RJG_ASSERT_KEYWORD_OK(next);
+  const pid_t fresh = remember_pid(static_cast<pid_t>(as_int(keyword_value(next))));
+  EXPECT_NE(fresh, old);
+  EXPECT_TRUE(pid_gone(old)) << "two workers of a library with max_workers = 1 ran at once";
+  const auto log = gateway().log();
+  EXPECT_EQ(count_of(log, "ignored SIGTERM for"), 0u) << "it ran out its grace:\n" << gateway().log_tail();
+  // The log says which worker was killed, for which keyword, and for whom.
+  const auto killed = lines_with(log, "instead of after its shutdown_grace");
+  ASSERT_EQ(killed.size(), 1u) << gateway().log_tail();
+  EXPECT_TRUE(contains(killed[0], fmt::format("worker Capped[{}]", old))) << killed[0];
+  EXPECT_TRUE(contains(killed[0], "keyword 'Hang'")) << killed[0];
+  EXPECT_TRUE(contains(killed[0], "max_workers")) << killed[0];
+  const auto exited = log.find(fmt::format("worker Capped[{}]: exited with signal 9", old));
+  const auto started = log.find(fmt::format("worker Capped[{}]: started", fresh));
+  ASSERT_NE(exited, std::string::npos) << gateway().log_tail();
+  ASSERT_NE(started, std::string::npos) << gateway().log_tail();
+  EXPECT_LT(exited, started) << "the new worker started before the old one was gone";
+}
+
+// The same for [gateway] max_workers, with the import of another library already waiting when the keyword
+// overruns: it gets the place of the overrun worker at once.
+TEST_F(PoolTimeoutTest, AtTheGatewayCapAnOverrunWorkerMakesRoomForAWaitingImport) {
+  GatewayOptions options;
+  options.extra_gateway_toml = "max_workers = 1\n";
+  start({pool_library("Slow", "keyword_timeout = \"1s\"\nshutdown_grace = \"60s\"\n"), pool_library("Other", "")},
+        options);
+  auto [a, token_a] = session("Slow");
+  const pid_t old = pid_of(a, token_a);
+  POOL_KEYWORD_OK(a.run_keyword(token_a, "Ignore Sigterm"));
+  client::RpcClient b = connect();
+  b.initialize();
+  auto import_b = b.send_request(protocol::kImportLibrary, json::object{{"name", "Other"}});
+  barrier(b);
+  expect_no_answer(b, "the import of Other (gateway at max_workers)");
+
+  POOL_KEYWORD_FAILURE(a.run_keyword(token_a, "Hang"), protocol::kWorkerTimeout);
+  auto reply_b = b.wait_reply(import_b, {}, 60s);  // past queue_timeout, as above
+  RJG_ASSERT_OK(reply_b);
+  EXPECT_NE(pid_of(b, token_of(reply_b)), old);
+  EXPECT_TRUE(pid_gone(old)) << "two workers ran under [gateway] max_workers = 1";
+  const auto log = gateway().log();
+  EXPECT_EQ(count_of(log, "ignored SIGTERM for"), 0u) << "it ran out its grace:\n" << gateway().log_tail();
+  const auto killed = lines_with(log, "instead of after its shutdown_grace");
+  ASSERT_EQ(killed.size(), 1u) << gateway().log_tail();
+  EXPECT_TRUE(contains(killed[0], fmt::format("worker Slow[{}]", old))) << killed[0];
+  EXPECT_TRUE(contains(killed[0], "'Other'")) << killed[0];
+}
+
 // ================================================================================================
 // Recycling
 
