@@ -528,6 +528,17 @@ TEST_F(PoolTimeoutTest, TheStopOfAnOverrunWorkerDoesNotHoldUpTheSessionsNextKeyw
   EXPECT_TRUE(wait_pid_gone(old, 20s));
 }
 
+// The overrun worker did not run out its grace: the log has the one line that says it was killed at once,
+// naming the worker and each of `named` (the keyword, the cap, the import that waited).
+void expect_killed_at_once(const std::string& log, const std::string& worker, std::vector<std::string> named) {
+  const auto tail = log.substr(log.size() > 4000 ? log.size() - 4000 : 0);
+  EXPECT_EQ(count_of(log, "ignored SIGTERM for"), 0u) << "it ran out its grace:\n" << tail;
+  const auto killed = lines_with(log, "instead of after its shutdown_grace");
+  ASSERT_EQ(killed.size(), 1u) << tail;
+  named.push_back(worker);
+  for (const auto& text : named) EXPECT_TRUE(contains(killed[0], text)) << "no " << text << " in: " << killed[0];
+}
+
 // At max_workers, the session's next keyword needs the place that the overrun worker holds: that worker,
 // hung by definition, is killed at once instead of running out its shutdown_grace. It counts under
 // max_workers until it is gone, so the new worker starts only after its exit.
@@ -545,13 +556,7 @@ TEST_F(PoolTimeoutTest, AtMaxWorkersAnOverrunWorkerMakesRoomForItsSessionsNextKe
   EXPECT_NE(fresh, old);
   EXPECT_TRUE(pid_gone(old)) << "two workers of a library with max_workers = 1 ran at once";
   const auto log = gateway().log();
-  EXPECT_EQ(count_of(log, "ignored SIGTERM for"), 0u) << "it ran out its grace:\n" << gateway().log_tail();
-  // The log says which worker was killed, for which keyword, and for whom.
-  const auto killed = lines_with(log, "instead of after its shutdown_grace");
-  ASSERT_EQ(killed.size(), 1u) << gateway().log_tail();
-  EXPECT_TRUE(contains(killed[0], fmt::format("worker Capped[{}]", old))) << killed[0];
-  EXPECT_TRUE(contains(killed[0], "keyword 'Hang'")) << killed[0];
-  EXPECT_TRUE(contains(killed[0], "max_workers")) << killed[0];
+  expect_killed_at_once(log, fmt::format("worker Capped[{}]", old), {"keyword 'Hang'", "max_workers"});
   const auto exited = log.find(fmt::format("worker Capped[{}]: exited with signal 9", old));
   const auto started = log.find(fmt::format("worker Capped[{}]: started", fresh));
   ASSERT_NE(exited, std::string::npos) << gateway().log_tail();
@@ -580,12 +585,7 @@ TEST_F(PoolTimeoutTest, AtTheGatewayCapAnOverrunWorkerMakesRoomForAWaitingImport
   RJG_ASSERT_OK(reply_b);
   EXPECT_NE(pid_of(b, token_of(reply_b)), old);
   EXPECT_TRUE(pid_gone(old)) << "two workers ran under [gateway] max_workers = 1";
-  const auto log = gateway().log();
-  EXPECT_EQ(count_of(log, "ignored SIGTERM for"), 0u) << "it ran out its grace:\n" << gateway().log_tail();
-  const auto killed = lines_with(log, "instead of after its shutdown_grace");
-  ASSERT_EQ(killed.size(), 1u) << gateway().log_tail();
-  EXPECT_TRUE(contains(killed[0], fmt::format("worker Slow[{}]", old))) << killed[0];
-  EXPECT_TRUE(contains(killed[0], "'Other'")) << killed[0];
+  expect_killed_at_once(gateway().log(), fmt::format("worker Slow[{}]", old), {"'Other'"});
 }
 
 // ================================================================================================
