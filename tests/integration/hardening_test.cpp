@@ -843,18 +843,6 @@ TEST_F(AdmissionTest, AllowFromSingleAddress) {
 // traffic, and the gateway's close of that connection would not reach the client while the worker
 // lives), no listening socket, no pipe of another worker.
 
-// fd number -> link target ("socket:[123]", "pipe:[456]", "/dev/null") of a process's descriptors.
-std::map<int, std::string> fd_targets(pid_t pid) {
-  std::map<int, std::string> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
-    std::error_code lec;
-    auto target = fs::read_symlink(entry.path(), lec);
-    if (!lec) out[std::atoi(entry.path().filename().c_str())] = target.string();
-  }
-  return out;
-}
-
 std::string describe_targets(const std::map<int, std::string>& fds) {
   std::string out;
   for (const auto& [fd, target] : fds) out += fmt::format(" {}->{}", fd, target);

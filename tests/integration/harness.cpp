@@ -116,6 +116,45 @@ bool can_connect(std::uint16_t port) {
   return ok;
 }
 
+std::map<int, std::string> fd_targets(pid_t pid) {
+  std::map<int, std::string> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+    std::error_code link_ec;
+    auto target = fs::read_symlink(entry.path(), link_ec);
+    if (!link_ec) out[std::atoi(entry.path().filename().c_str())] = target.string();
+  }
+  return out;
+}
+
+std::set<std::string> listening_sockets(std::optional<std::uint16_t> port) {
+  std::set<std::string> out;
+  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    // "sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode ..."
+    std::istringstream table(read_file(path));
+    std::string line;
+    std::getline(table, line);  // the header
+    while (std::getline(table, line)) {
+      std::istringstream fields(line);
+      std::vector<std::string> f;
+      for (std::string x; fields >> x;) f.push_back(x);
+      if (f.size() <= 9 || f[3] != "0A") continue;
+      const auto colon = f[1].rfind(':');  // the local address, "0100007F:1F4F"
+      if (port && (colon == std::string::npos || std::stoul(f[1].substr(colon + 1), nullptr, 16) != *port)) continue;
+      out.insert("socket:[" + f[9] + "]");
+    }
+  }
+  return out;
+}
+
+bool listens_on(pid_t pid, std::uint16_t port) {
+  const auto listening = listening_sockets(port);
+  if (listening.empty()) return false;
+  for (const auto& [fd, target] : fd_targets(pid))
+    if (listening.count(target)) return true;
+  return false;
+}
+
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream ss;
@@ -412,20 +451,35 @@ GatewayProcess::~GatewayProcess() {
 }
 
 void GatewayProcess::start() {
-  port_ = free_port();
-  write_file(config_path(), make_config(port_, libraries_, options_));
-  std::vector<std::string> argv;
-  for (const auto& arg : options_.launcher) argv.push_back(fmt::format(fmt::runtime(arg), fmt::arg("port", port_)));
-  for (const auto& arg : {gateway_binary(), std::string("--config"), config_path().string()}) argv.push_back(arg);
-  process_.start(argv, dir_.path() / "gateway.stdout", stderr_path(), options_.env);
-  auto deadline = Clock::now() + 10s;
-  for (;;) {
-    if (!process_.running()) {
+  // free_port's port is free only until something else binds it: another test's gateway, started in
+  // parallel, may take it first. Then this gateway cannot listen and exits at once; it starts again on
+  // another port. Anything else that ends the start-up is the test's failure.
+  for (int attempt = 1;; ++attempt) {
+    port_ = free_port();
+    write_file(config_path(), make_config(port_, libraries_, options_));
+    std::vector<std::string> argv;
+    for (const auto& arg : options_.launcher) argv.push_back(fmt::format(fmt::runtime(arg), fmt::arg("port", port_)));
+    for (const auto& arg : {gateway_binary(), std::string("--config"), config_path().string()}) argv.push_back(arg);
+    process_.start(argv, dir_.path() / "gateway.stdout", stderr_path(), options_.env);
+    if (wait_listening()) return;
+    const std::string log = this->log();
+    const bool port_taken = log.find(fmt::format(":{}): Address already in use", port_)) != std::string::npos;
+    if (!port_taken || attempt == 3) {
       throw std::runtime_error(fmt::format("the gateway exited during start-up ({})\nconfig:\n{}\nstderr:\n{}",
                                            describe_status(process_.status().value_or(0)),
                                            read_file(config_path()), log_tail()));
     }
-    if (can_connect(port_)) return;
+  }
+}
+
+bool GatewayProcess::wait_listening() {
+  auto deadline = Clock::now() + 10s;
+  for (;;) {
+    if (!process_.running()) return false;
+    // That the port accepts is not enough: it must be this gateway's socket (see can_connect). Under
+    // systemd-socket-activate the launcher binds it and becomes the gateway (exec, same pid), and the
+    // connect is what makes it run the gateway.
+    if (listens_on(process_.pid(), port_) && can_connect(port_)) return true;
     if (Clock::now() >= deadline) {
       std::string tail = log_tail();
       process_.kill_and_reap();

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -60,8 +61,18 @@ class TempDir {
 
 // A loopback port that was free a moment ago (bind port 0, read it, close).
 std::uint16_t free_port();
-// True if a TCP connect to 127.0.0.1:port succeeds right now.
+// True if a TCP connect to 127.0.0.1:port succeeds right now. Not proof that a given process listens
+// there: another process may have the port, and a connect to a port nobody listens on can meet itself
+// (TCP simultaneous open, when the kernel picks that same port as the local one). See listens_on.
 bool can_connect(std::uint16_t port);
+
+// What each descriptor of a process points to ("pipe:[123]", "socket:[456]", "anon_inode:[eventpoll]").
+std::map<int, std::string> fd_targets(pid_t pid);
+// The TCP sockets in LISTEN state in this network namespace (/proc/net/tcp and tcp6), as "socket:[N]";
+// with a port, only those bound to it.
+std::set<std::string> listening_sockets(std::optional<std::uint16_t> port = std::nullopt);
+// True if the process holds a socket that listens on the TCP port.
+bool listens_on(pid_t pid, std::uint16_t port);
 
 std::string read_file(const fs::path& path);
 void write_file(const fs::path& path, std::string_view text);
@@ -206,8 +217,9 @@ class GatewayProcess {
   explicit GatewayProcess(std::vector<LibrarySpec> libraries, GatewayOptions options = {});
   ~GatewayProcess();
 
-  // Writes the configuration, starts the gateway and waits (up to 10 s) until it accepts
-  // connections. Throws std::runtime_error with the gateway's stderr if it exits or does not come up.
+  // Writes the configuration, starts the gateway and waits (up to 10 s) until it listens on its port and
+  // accepts there. Throws std::runtime_error with the gateway's stderr if it exits or does not come up;
+  // a gateway that found its port taken by another process starts again on another (up to three times).
   void start();
   // SIGTERM, then wait up to timeout for the exit; returns the raw wait status, or nullopt if it
   // did not exit (it is then killed with SIGKILL).
@@ -235,6 +247,9 @@ class GatewayProcess {
  private:
   std::vector<LibrarySpec> libraries_;
   GatewayOptions options_;
+  // True once the gateway's own socket listens on port_ and accepts; false if the gateway exited.
+  bool wait_listening();
+
   TempDir dir_{"rjg-gateway"};
   std::uint16_t port_ = 0;
   ChildProcess process_;

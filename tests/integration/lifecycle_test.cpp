@@ -1,8 +1,12 @@
 // The gateway process: graceful stop, worker environment, worker stderr relay, --check-config.
 #include "tests/integration/gateway_test.hpp"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <regex>
 
@@ -41,6 +45,32 @@ TEST_F(LifecycleTest, SigtermDrainsTheKeywordInFlightAndExitsCleanly) {
 // A drain cuts no suite: the sessions already open go on importing and running keywords after SIGTERM,
 // while new connections are refused; the gateway exits once the last one ends, without waiting for
 // drain_timeout.
+// The harness waits for the gateway's own listening socket, not for any connect to its port to succeed:
+// on a busy CI machine another test's listener, or a connect that met itself, once passed for a gateway
+// that had not started yet. listens_on tells whose socket it is.
+TEST_F(LifecycleTest, TheHarnessTellsTheGatewaysListeningSocketFromAnotherProcesss) {
+  int own = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(own, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(own, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(::getsockname(own, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::uint16_t own_port = ntohs(addr.sin_port);
+  EXPECT_FALSE(listens_on(::getpid(), own_port)) << "a bound socket that does not listen";
+  ASSERT_EQ(::listen(own, 1), 0);
+  start();
+
+  EXPECT_TRUE(listens_on(::getpid(), own_port));
+  EXPECT_FALSE(listens_on(gateway().pid(), own_port));
+  EXPECT_TRUE(listens_on(gateway().pid(), gateway().port()));
+  EXPECT_TRUE(can_connect(gateway().port()));
+  EXPECT_FALSE(listens_on(::getpid(), gateway().port())) << "the port accepts, but not on this process's socket";
+  ::close(own);
+  EXPECT_FALSE(listens_on(::getpid(), own_port)) << "a closed socket";
+}
+
 TEST_F(LifecycleTest, SessionsKeepWorkingThroughTheDrainAndItEndsWithTheLastOne) {
   GatewayOptions options;
   options.drain_timeout = "120s";

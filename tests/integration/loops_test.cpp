@@ -43,18 +43,6 @@ class LoopsTest : public GatewayTest {
     return names;
   }
 
-  // What each descriptor of a process points to ("pipe:[123]", "socket:[456]", "anon_inode:[eventpoll]").
-  static std::map<int, std::string> fd_targets(pid_t pid) {
-    std::map<int, std::string> targets;
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
-      std::error_code link_ec;
-      auto target = std::filesystem::read_symlink(entry.path(), link_ec);
-      if (!link_ec) targets[std::stoi(entry.path().filename().string())] = target.string();
-    }
-    return targets;
-  }
-
   // The gateway's descriptor that points to `target`; -1 when it has none.
   int gateway_fd_of(const std::string& target) {
     for (const auto& [fd, what] : fd_targets(gateway().pid()))

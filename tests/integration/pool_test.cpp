@@ -934,23 +934,6 @@ TEST_F(PoolHygieneTest, WorkerLeadsItsOwnProcessGroup) {
   }
 }
 
-// Inodes of the TCP sockets in LISTEN state on this machine (/proc/net/tcp and tcp6), as "socket:[N]".
-std::set<std::string> listening_sockets() {
-  std::set<std::string> out;
-  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::istringstream in(read_file(path));
-    std::string line;
-    std::getline(in, line);  // header
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      std::vector<std::string> f;
-      for (std::string x; fields >> x;) f.push_back(x);
-      if (f.size() > 9 && f[3] == "0A") out.insert("socket:[" + f[9] + "]");
-    }
-  }
-  return out;
-}
-
 // A worker inherits stdin, stdout and stderr (pipes to the gateway) and nothing else: not the gateway's
 // listening socket, not a client's connection, not another worker's pipes.
 TEST_F(PoolHygieneTest, WorkerInheritsOnlyStdio) {

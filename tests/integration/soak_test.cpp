@@ -44,12 +44,8 @@ std::chrono::seconds soak_duration() {
 // Socket descriptors a process holds ("fd->socket:[inode]" items).
 std::vector<std::string> sockets_of(pid_t pid) {
   std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
-    std::error_code lec;
-    auto target = fs::read_symlink(entry.path(), lec).string();
-    if (!lec && target.rfind("socket:", 0) == 0) out.push_back(entry.path().filename().string() + "->" + target);
-  }
+  for (const auto& [fd, target] : fd_targets(pid))
+    if (target.starts_with("socket:")) out.push_back(fmt::format("{}->{}", fd, target));
   return out;
 }
 
