@@ -5,7 +5,7 @@
 
 The configuration is written into a temporary directory (g.dir, removed afterwards) with a client port
 and an admin port that were free a moment before; the gateway logs into g.dir/gateway.log. The block
-runs once /readyz answers 200. When it raises, the gateway's log (or its last lines) goes to stderr
+runs once the gateway listens on its admin port and /readyz answers 200. When it raises, the gateway's log (or its last lines) goes to stderr
 first; either way the gateway is stopped with SIGTERM (SIGKILL if it has not ended in stop_timeout).
 """
 import contextlib
@@ -33,6 +33,27 @@ def free_ports(count):
     finally:
         for s in sockets:
             s.close()
+
+
+def listens_on(pid, port):
+    """True if process pid holds a TCP socket listening on port (from /proc: an answer on the port alone
+    may come from another process that has it, such as another test's gateway)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)  # the header
+            for line in f:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    fds = f"/proc/{pid}/fd"
+    for fd in os.listdir(fds):
+        try:
+            if os.readlink(os.path.join(fds, fd)) in inodes:
+                return True
+        except OSError:
+            pass  # closed meanwhile
+    return False
 
 
 def http_get(url):
@@ -68,7 +89,7 @@ def running_gateway(binary, config_text, prefix, log_tail_lines=None, stop_timeo
                 if proc.poll() is not None:
                     raise RuntimeError(f"the gateway exited during start-up ({proc.returncode})")
                 try:
-                    if http_get(f"http://127.0.0.1:{admin}/readyz")[0] == 200:
+                    if listens_on(proc.pid, admin) and http_get(f"http://127.0.0.1:{admin}/readyz")[0] == 200:
                         break
                 except (urllib.error.URLError, ConnectionError):
                     pass
