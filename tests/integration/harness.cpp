@@ -127,8 +127,8 @@ std::map<int, std::string> fd_targets(pid_t pid) {
   return out;
 }
 
-std::set<std::string> listening_sockets(std::optional<std::uint16_t> port) {
-  std::set<std::string> out;
+std::vector<TcpSocket> tcp_sockets() {
+  std::vector<TcpSocket> out;
   for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
     // "sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode ..."
     std::istringstream table(read_file(path));
@@ -138,12 +138,21 @@ std::set<std::string> listening_sockets(std::optional<std::uint16_t> port) {
       std::istringstream fields(line);
       std::vector<std::string> f;
       for (std::string x; fields >> x;) f.push_back(x);
-      if (f.size() <= 9 || f[3] != "0A") continue;
-      const auto colon = f[1].rfind(':');  // the local address, "0100007F:1F4F"
-      if (port && (colon == std::string::npos || std::stoul(f[1].substr(colon + 1), nullptr, 16) != *port)) continue;
-      out.insert("socket:[" + f[9] + "]");
+      if (f.size() <= 9) continue;
+      // Addresses are "0100007F:1F4F" (tcp) or 32 hex digits, a colon and the port (tcp6).
+      auto port_of = [](const std::string& address) {
+        return static_cast<std::uint16_t>(std::stoul(address.substr(address.rfind(':') + 1), nullptr, 16));
+      };
+      out.push_back({port_of(f[1]), port_of(f[2]), f[3] == "0A", f[9]});
     }
   }
+  return out;
+}
+
+std::set<std::string> listening_sockets(std::optional<std::uint16_t> port) {
+  std::set<std::string> out;
+  for (const auto& socket : tcp_sockets())
+    if (socket.listening && (!port || socket.local_port == *port)) out.insert("socket:[" + socket.inode + "]");
   return out;
 }
 

@@ -68,8 +68,16 @@ bool can_connect(std::uint16_t port);
 
 // What each descriptor of a process points to ("pipe:[123]", "socket:[456]", "anon_inode:[eventpoll]").
 std::map<int, std::string> fd_targets(pid_t pid);
-// The TCP sockets in LISTEN state in this network namespace (/proc/net/tcp and tcp6), as "socket:[N]";
-// with a port, only those bound to it.
+// One row of /proc/net/tcp or tcp6: a TCP socket of this network namespace.
+struct TcpSocket {
+  std::uint16_t local_port = 0;
+  std::uint16_t remote_port = 0;  // 0 for a listening socket
+  bool listening = false;         // state 0A
+  std::string inode;              // as in a descriptor's link: socket:[inode]
+};
+std::vector<TcpSocket> tcp_sockets();
+// The TCP sockets in LISTEN state in this network namespace, as "socket:[N]"; with a port, only those
+// bound to it.
 std::set<std::string> listening_sockets(std::optional<std::uint16_t> port = std::nullopt);
 // True if the process holds a socket that listens on the TCP port.
 bool listens_on(pid_t pid, std::uint16_t port);

@@ -74,20 +74,10 @@ class LoopsTest : public GatewayTest {
   }
 
   // The inode of the gateway's TCP socket on its port whose peer is at `peer_port` (0: the listening
-  // socket), from /proc/net/tcp; 0 when there is none.
+  // socket); 0 when there is none.
   unsigned long gateway_socket_inode(unsigned peer_port) {
-    // "sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode ..."
-    std::istringstream table(read_file("/proc/net/tcp"));
-    std::string line;
-    std::getline(table, line);  // the header
-    while (std::getline(table, line)) {
-      unsigned local_port = 0, remote_port = 0;
-      unsigned long inode = 0;
-      if (std::sscanf(line.c_str(), " %*d: %*x:%x %*x:%x %*x %*x:%*x %*x:%*x %*x %*u %*u %lu", &local_port,
-                      &remote_port, &inode) == 3 &&
-          local_port == gateway().port() && remote_port == peer_port)
-        return inode;
-    }
+    for (const auto& socket : tcp_sockets())
+      if (socket.local_port == gateway().port() && socket.remote_port == peer_port) return std::stoul(socket.inode);
     return 0;
   }
 
